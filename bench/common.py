@@ -1,0 +1,205 @@
+"""Shared plumbing for the experiments in bench/.
+
+Every experiment is a module ``bench/exp_<name>.py`` with:
+
+* ``NAME``: the data file stem, e.g. ``"rmsnorm"`` -> ``docs/data/<gpu>/rmsnorm.json``;
+* ``run(args) -> dict``: runs on the GPU and returns ``{"config": ..., "results": ...}``;
+* ``render(data) -> dict[str, str]``: turns a loaded data file into generated
+  artifacts, ``{relative path under docs/generated/: text}``. Plots are SVG text
+  made with :func:`svg_of` so that rendering is deterministic.
+
+``bench/run_all.py`` runs every experiment and writes the JSON through
+:func:`save`; ``bench/render.py`` regenerates every artifact from the JSON.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import pathlib
+import platform
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT / "docs" / "data"
+GENERATED_DIR = ROOT / "docs" / "generated"
+DEFAULT_GPU = "h200"
+
+# HF pastel palette shared with the mermaid diagrams (docs/assets/palette.css).
+PASTEL_FILL = {"yellow": "#FDE8A9", "green": "#D4E8CF", "blue": "#CFE0F3", "pink": "#F6CED0", "purple": "#E3D7F0"}
+PASTEL_LINE = {"yellow": "#E7C56D", "green": "#94C18A", "blue": "#8AB0DB", "pink": "#D98F92", "purple": "#A98BCB"}
+SERIES_COLORS = ["#8AB0DB", "#D98F92", "#94C18A", "#E7C56D", "#A98BCB", "#7FC4C0", "#C49A6C", "#999999"]
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'h200'; 'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'."""
+    name = name.lower().replace("nvidia", "").strip()
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "unknown"
+
+
+def _git_commit() -> str:
+    if os.environ.get("GIT_COMMIT"):
+        return os.environ["GIT_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown"
+
+
+def _version(module_name: str) -> str | None:
+    try:
+        module = __import__(module_name)
+    except Exception:
+        return None
+    return getattr(module, "__version__", None)
+
+
+def environment() -> dict:
+    """Everything a reader needs to know about where a number was measured."""
+    import torch
+
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_commit": _git_commit(),
+        "command": os.environ.get("BENCH_COMMAND") or " ".join(shlex.quote(a) for a in sys.argv),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "transformers": _version("transformers"),
+        "liger_kernel": None,
+        "cuda": torch.version.cuda,
+        "gpu": None,
+        "gpu_count": 0,
+        "driver": None,
+        "sm_count": None,
+    }
+    try:
+        from importlib.metadata import version
+
+        env["liger_kernel"] = version("liger-kernel")
+    except Exception:
+        pass
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = props.name
+        env["gpu_count"] = torch.cuda.device_count()
+        env["sm_count"] = props.multi_processor_count
+        env["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        try:
+            env["driver"] = subprocess.check_output(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], text=True
+            ).strip().splitlines()[0]
+        except Exception:
+            pass
+    return env
+
+
+def data_path(name: str, gpu: str = DEFAULT_GPU) -> pathlib.Path:
+    return DATA_DIR / gpu / f"{name}.json"
+
+
+def save(name: str, payload: dict, out_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """Write ``{"environment", "config", "results"}`` for experiment ``name``.
+
+    The GPU slug comes from the device that ran it, so an H100 run can never
+    overwrite the H200 data. ``out_dir`` overrides the destination folder
+    (the device job writes to $OUT and the files are committed from there).
+    """
+    env = environment()
+    record = {"experiment": name, "environment": env, **payload}
+    folder = out_dir if out_dir is not None else DATA_DIR / gpu_slug(env["gpu"] or "cpu")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def load(name: str, gpu: str = DEFAULT_GPU) -> dict:
+    return json.loads(data_path(name, gpu).read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- rendering helpers
+
+def env_line(env: dict) -> str:
+    """One markdown line naming hardware and versions, rendered under every table."""
+    parts = [
+        f"GPU: {env.get('gpu') or 'CPU'}",
+        f"driver {env['driver']}" if env.get("driver") else None,
+        f"CUDA {env['cuda']}" if env.get("cuda") else None,
+        f"torch {env.get('torch')}",
+        f"triton {env.get('triton')}",
+        f"transformers {env.get('transformers')}",
+        f"liger-kernel {env['liger_kernel']}" if env.get("liger_kernel") else None,
+        f"commit `{str(env.get('git_commit', ''))[:10]}`",
+        f"date {str(env.get('date', ''))[:10]}",
+    ]
+    return "*" + " · ".join(p for p in parts if p) + "*"
+
+
+def md_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """A GitHub-style markdown table. ``align`` is e.g. 'lrrr'."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    marks = {"l": ":--", "r": "--:", "c": ":-:"}
+    out = ["| " + " | ".join(headers) + " |", "| " + " | ".join(marks[a] for a in align) + " |"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    """Significant-digit formatting that reads well in a table."""
+    if value is None:
+        return "—"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 10 ** digits:
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - int(f"{magnitude:e}".split("e")[1]))
+    return f"{value:.{decimals}f}"
+
+
+def plot_style():
+    """Matplotlib settings that give deterministic SVG readable on light and dark pages."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcdefaults()
+    plt.rcParams.update({
+        "svg.hashsalt": "qwen3-triton-docs",
+        "svg.fonttype": "none",
+        "font.family": "DejaVu Sans",
+        "font.size": 10,
+        "figure.facecolor": "none",
+        "axes.facecolor": "none",
+        "savefig.facecolor": "none",
+        "savefig.transparent": True,
+        "text.color": "#777777",
+        "axes.labelcolor": "#777777",
+        "axes.edgecolor": "#888888",
+        "xtick.color": "#777777",
+        "ytick.color": "#777777",
+        "grid.color": "#888888",
+        "grid.alpha": 0.3,
+        "axes.grid": True,
+        "legend.frameon": False,
+        "axes.prop_cycle": matplotlib.cycler(color=SERIES_COLORS),
+    })
+    return plt
+
+
+def svg_of(fig) -> str:
+    """Serialize a figure to SVG text with no date or random ids."""
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buffer.getvalue()

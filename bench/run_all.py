@@ -1,0 +1,44 @@
+"""Run every GPU experiment and write its JSON; then render tables and plots.
+
+    python -m bench.run_all                 # all experiments -> docs/data/<gpu>/
+    python -m bench.run_all rmsnorm step    # a subset, by NAME
+    python -m bench.run_all --out $OUT      # write the JSON somewhere else (device jobs)
+
+Each experiment is sized to finish well inside 10 minutes on an H200.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+import traceback
+
+from bench import common
+from bench.render import experiment_modules
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="experiment NAMEs to run (default: all)")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for the JSON files")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
+    args = parser.parse_args(argv)
+    modules = [m for m in experiment_modules() if not args.names or m.NAME in args.names]
+    failures = 0
+    for index, module in enumerate(modules, 1):
+        start = time.perf_counter()
+        print(f"[{index}/{len(modules)}] {module.NAME} ...", flush=True)
+        try:
+            payload = module.run(args)
+        except Exception:
+            failures += 1
+            traceback.print_exc()
+            print(f"[{index}/{len(modules)}] {module.NAME} FAILED", flush=True)
+            continue
+        path = common.save(module.NAME, payload, args.out)
+        print(f"[{index}/{len(modules)}] {module.NAME} done in {time.perf_counter() - start:.0f} s -> {path}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

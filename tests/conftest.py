@@ -1,0 +1,48 @@
+"""Shared test setup.
+
+The Triton backend is chosen *before* triton is imported: without a CUDA GPU,
+kernels run under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors.
+"""
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+for extra in (ROOT / "snippets", ROOT):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
+    raise RuntimeError("triton was imported before tests/conftest.py chose the backend")
+
+import torch  # noqa: E402  (torch does not import triton eagerly)
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+ON_GPU = DEVICE == "cuda"
+
+import pytest  # noqa: E402
+
+
+def pytest_report_header(config):
+    return f"triton backend: {'interpreter (CPU)' if INTERPRET else 'CUDA'}; device={DEVICE}"
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    return DEVICE
+
+
+@pytest.fixture(scope="session")
+def on_gpu() -> bool:
+    return ON_GPU
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; CPU runs use the Triton interpreter")
+    for item in items:
+        if "gpu" in item.keywords and not ON_GPU:
+            item.add_marker(skip_gpu)
