@@ -1,0 +1,356 @@
+"""Qwen3 RMSNorm in Triton, forward and backward, for training.
+
+Computes exactly what HF's ``Qwen3RMSNorm`` computes, in HF's cast order:
+statistics in fp32 (fp64 for fp64 inputs), x_hat rounded back to the input
+dtype, then multiplied by the weight. The output dtype follows torch's type
+promotion of (input, weight), as HF's does.
+
+* Forward: a tile of BLOCK_ROWS x BLOCK_COLS per program, so 128-wide q/k-norm
+  rows are handled many per program. Saves one rstd per row for the backward.
+* Backward: a persistent grid. Each program walks a strided set of row tiles,
+  writes dX, and keeps its dW partial sum in registers; a second tiny kernel
+  adds the partials in a fixed order. Deterministic, no atomics.
+* Inputs may be strided views with up to three leading dims (e.g. a transposed
+  (B, T, heads, 128) gradient) as long as the last dim is contiguous.
+
+Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing triton.
+"""
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_COLS = 16384  # one row lives in registers; wider rows need a chunked kernel
+
+
+# --8<-- [start:fwd_kernel]
+@triton.jit
+def _row_offsets(rows, size1, size2, stride0, stride1, stride2):
+    # Row index -> element offset for a (d0, d1, d2, n_cols) view with strides.
+    rows = rows.to(tl.int64)
+    i2 = rows % size2
+    i1 = (rows // size2) % size1
+    i0 = rows // (size2 * size1)
+    return i0 * stride0 + i1 * stride1 + i2 * stride2
+
+
+@triton.jit
+def rms_norm_fwd_kernel(
+    X, W, Y, RSTD,
+    n_rows, n_cols, eps,
+    size1, size2, x_stride0, x_stride1, x_stride2,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_COLS)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+
+    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+    x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
+    w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+
+    mean_square = tl.sum(x * x, axis=1) / n_cols
+    rstd = 1.0 / tl.sqrt(mean_square + eps)
+    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
+    y = x_hat * w[None, :]
+
+    y_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # Y is contiguous
+    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+# --8<-- [end:fwd_kernel]
+
+
+# --8<-- [start:bwd_kernel]
+@triton.jit
+def rms_norm_bwd_kernel(
+    DY, X, W, RSTD, DX, DW_PARTIAL,
+    n_rows, n_cols, tiles_per_program,
+    size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+):
+    program = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(COMPUTE_DTYPE)
+    dw_acc = tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE)
+
+    # Persistent loop over tiles program, program + n_programs, ... (past the end: masked)
+    for i in range(tiles_per_program):
+        rows = (program + i * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+        dy_offsets = _row_offsets(rows, size1, size2, dy_stride0, dy_stride1, dy_stride2)
+        x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
+        dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+
+        x_hat = x * rstd[:, None]
+        wdy = w[None, :] * dy
+        c = tl.sum(wdy * x_hat, axis=1) / n_cols
+        dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
+        dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
+        tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=mask)
+
+        if COMPUTE_DW:
+            # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
+            x_hat_rounded = x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
+            dw_acc += tl.sum(dy * x_hat_rounded, axis=0)
+
+    if COMPUTE_DW:
+        tl.store(DW_PARTIAL + program.to(tl.int64) * n_cols + cols, dw_acc, mask=col_mask)
+# --8<-- [end:bwd_kernel]
+
+
+# --8<-- [start:dw_reduce_kernel]
+@triton.jit
+def dw_reduce_kernel(
+    DW_PARTIAL, DW, n_partials, n_cols,
+    BLOCK_PARTIALS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+):
+    # Sum the per-program partials column by column, always in the same order.
+    cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    total = tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    for start in range(0, n_partials, BLOCK_PARTIALS):
+        parts = start + tl.arange(0, BLOCK_PARTIALS)
+        mask = (parts < n_partials)[:, None] & col_mask[None, :]
+        block = tl.load(DW_PARTIAL + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        total += tl.sum(block, axis=0)
+    tl.store(DW + cols, total.to(DW.dtype.element_ty), mask=col_mask)
+# --8<-- [end:dw_reduce_kernel]
+
+
+# --8<-- [start:launch_config]
+def launch_config(n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for a row width, tuned on an H200.
+
+    Each program gets a tile of about 4096 elements: one row when the row is
+    wide, many rows when it is narrow (q_norm/k_norm rows are 128 wide).
+    """
+    block_cols = triton.next_power_of_2(n_cols)
+    block_rows = max(1, 4096 // block_cols)
+    tile = block_rows * block_cols
+    num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+    return block_rows, block_cols, num_warps
+
+
+def backward_programs(device: torch.device, n_tiles: int, programs_per_sm: int = 4) -> int:
+    """Size of the persistent backward grid: a few programs per SM."""
+    if device.type == "cuda":
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    else:  # the interpreter runs programs one by one; keep the grid small
+        sm_count = 2
+    return max(1, min(n_tiles, sm_count * programs_per_sm))
+# --8<-- [end:launch_config]
+
+
+# --8<-- [start:checks]
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """Reject anything the kernels would get wrong, with a message naming the problem."""
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError("rms_norm expects tensors for x and weight")
+    if x.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"rms_norm supports float16/bfloat16/float32/float64, got x={x.dtype}, weight={weight.dtype}")
+    if x.dim() == 0:
+        raise ValueError("rms_norm needs at least one dimension; got a 0-dim tensor")
+    if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last dim; got {tuple(weight.shape)}")
+    if not (isinstance(eps, (int, float)) and eps > 0 and eps != float("inf")):
+        raise ValueError(f"eps must be a positive finite float, got {eps!r}")
+    if x.shape[-1] > MAX_COLS:
+        raise ValueError(f"rows wider than {MAX_COLS} are not supported (got {x.shape[-1]})")
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    expected = "cpu" if interpreted else "cuda"
+    for name, tensor in (("x", x), ("weight", weight)):
+        if tensor.device.type != expected:
+            mode = "TRITON_INTERPRET=1 (CPU interpreter)" if interpreted else "the CUDA backend"
+            raise ValueError(f"{name} is on {tensor.device}, but Triton runs under {mode}: expected a {expected} tensor")
+    if x.device != weight.device:
+        raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
+
+
+def _compute_dtype(*tensors):
+    return tl.float64 if any(t.dtype == torch.float64 for t in tensors) else tl.float32
+
+
+def rows_layout(*tensors):
+    """Fold the leading dims of same-shape tensors into at most three row dims.
+
+    Returns the tensors (copied only if a last dim is strided or more than three
+    leading dims cannot be folded), (size1, size2) and each tensor's three row strides.
+    """
+    tensors = [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
+    sizes, strides = [], [[] for _ in tensors]
+    for dim, size in enumerate(tensors[0].shape[:-1]):
+        if size == 1:
+            continue
+        if sizes and all(s[-1] == t.stride(dim) * size for s, t in zip(strides, tensors)):
+            sizes[-1] *= size  # the previous dim folds into this one for every tensor
+            for s, t in zip(strides, tensors):
+                s[-1] = t.stride(dim)
+        else:
+            sizes.append(size)
+            for s, t in zip(strides, tensors):
+                s.append(t.stride(dim))
+    if len(sizes) > 3:
+        return rows_layout(*[t.contiguous() for t in tensors])
+    pad = 3 - len(sizes)
+    sizes = [1] * pad + sizes
+    strides = [[0] * pad + s for s in strides]
+    return tensors, (sizes[1], sizes[2]), strides
+
+
+# --8<-- [end:checks]
+
+
+# --8<-- [start:fwd_wrapper]
+def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
+    """Returns (y, rstd). y is contiguous with x's shape; rstd has one value per row."""
+    check_inputs(x, weight, eps)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    compute = _compute_dtype(x, weight)
+    y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float64 if compute == tl.float64 else torch.float32, device=x.device)
+    if y.numel() == 0:
+        return y, rstd
+    (x,), (size1, size2), (x_strides,) = rows_layout(x)
+    block_rows, block_cols, num_warps = launch_config(n_cols)
+    rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
+        x, weight, y, rstd, n_rows, n_cols, eps,
+        size1, size2, *x_strides,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, num_warps=num_warps,
+    )
+    return y, rstd
+# --8<-- [end:fwd_wrapper]
+
+
+# --8<-- [start:bwd_wrapper]
+def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True):
+    """Returns (dx, dw); dw is None when compute_dw is False. dy is never written."""
+    if dy.shape != x.shape:
+        raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match input shape {tuple(x.shape)}")
+    n_cols = x.shape[-1]
+    n_rows = rstd.numel()
+    compute = _compute_dtype(x, weight)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = torch.zeros_like(weight) if compute_dw else None
+    if dx.numel() == 0:
+        return dx, dw
+    (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
+    block_rows, block_cols, num_warps = launch_config(n_cols)
+    n_tiles = triton.cdiv(n_rows, block_rows)
+    n_programs = backward_programs(x.device, n_tiles)
+    accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
+    dw_partial = torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device) if compute_dw else dx
+    rms_norm_bwd_kernel[(n_programs,)](
+        dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols, triton.cdiv(n_tiles, n_programs),
+        size1, size2, *x_strides, *dy_strides,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
+        num_warps=num_warps,
+    )
+    if compute_dw:
+        reduce_cols = min(block_cols, 256)
+        dw_reduce_kernel[(triton.cdiv(n_cols, reduce_cols),)](
+            dw_partial, dw, n_programs, n_cols,
+            BLOCK_PARTIALS=32, BLOCK_COLS=reduce_cols, COMPUTE_DTYPE=compute, num_warps=4,
+        )
+    return dx, dw
+# --8<-- [end:bwd_wrapper]
+
+
+# --8<-- [start:autograd]
+class TritonRMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, rstd = rms_norm_forward(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)  # rstd: 4 bytes per row
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        if torch.is_grad_enabled():
+            raise NotImplementedError("double backward (create_graph=True) is not implemented for TritonRMSNorm")
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = rms_norm_backward(dy, x, weight, rstd, compute_dw=ctx.needs_input_grad[1])
+        return dx, dw, None  # eps is not a tensor: no gradient
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Qwen3RMSNorm(x) with Triton forward and backward."""
+    return TritonRMSNormFunction.apply(x, weight, eps)
+# --8<-- [end:autograd]
+
+
+# --8<-- [start:module]
+class TritonQwen3RMSNorm(torch.nn.Module):
+    """Drop-in replacement for transformers' Qwen3RMSNorm(hidden_size, eps)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+# --8<-- [end:module]
+
+
+# --8<-- [start:fwd_only]
+def reference_rms_norm(x, weight, eps):
+    """HF Qwen3RMSNorm's arithmetic in plain torch ops (autograd-friendly)."""
+    x32 = x.to(torch.float32) if x.dtype != torch.float64 else x
+    x_hat = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x_hat.to(x.dtype)
+
+
+class TritonForwardOnlyFunction(torch.autograd.Function):
+    """Strategy (a): Triton forward, backward by autograd through torch ops."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return rms_norm_forward(x, weight, eps)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            x_, w_ = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            dx, dw = torch.autograd.grad(reference_rms_norm(x_, w_, ctx.eps), (x_, w_), dy)
+        return dx, dw, None
+
+
+class TritonQwen3RMSNormFwdOnly(TritonQwen3RMSNorm):
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return TritonForwardOnlyFunction.apply(hidden_states, self.weight, self.variance_epsilon)
+# --8<-- [end:fwd_only]
+
+
+if __name__ == "__main__":
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    x = torch.randn(4, 33, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
+    norm = TritonQwen3RMSNorm(256).to(device)
+    y = norm(x)
+    y.backward(torch.randn_like(y))
+    reference = reference_rms_norm(x.detach(), norm.weight.detach(), 1e-6)
+    print("forward max |diff| vs HF arithmetic:", (y.float() - reference.float()).abs().max().item())
+    print("dx finite:", bool(x.grad.isfinite().all()), " dw shape:", tuple(norm.weight.grad.shape))
