@@ -1,0 +1,59 @@
+"""A real torch.compile graph break, reported by torch._dynamo.explain.
+
+A data-dependent Python branch (`if tensor.item() > ...`) forces Dynamo to stop
+tracing, run the Python `if`, and start a second graph: Inductor can only fuse
+inside each piece. The same function without the check compiles to one graph.
+
+    python snippets/graph_break_demo.py                 # print the report
+    python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt
+"""
+import sys
+
+# --8<-- [start:demo]
+import pathlib
+
+import torch
+
+
+def rms_norm_with_check(x, weight, eps=1e-6):
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    if variance.max().item() > 1e4:  # data-dependent Python branch: graph break
+        print("warning: very large activations")
+    y = x.float() * torch.rsqrt(variance + eps)
+    return weight * y.to(x.dtype)
+
+
+def rms_norm_plain(x, weight, eps=1e-6):
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    y = x.float() * torch.rsqrt(variance + eps)
+    return weight * y.to(x.dtype)
+
+
+def explain_report(fn, *args) -> str:
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(fn)(*args)
+    lines = [f"{fn.__name__}: graph_count={explanation.graph_count}, "
+             f"graph_break_count={explanation.graph_break_count}"]
+    for number, graph in enumerate(explanation.graphs, 1):
+        ops = [getattr(node.target, "__name__", str(node.target))
+               for node in graph.graph.nodes if node.op in ("call_function", "call_method")]
+        lines.append(f"  graph {number} ops: {', '.join(ops)}")
+    for brk in explanation.break_reasons:
+        lines.append(f"  break reason: {brk.reason.splitlines()[0]}")
+        frame = brk.user_stack[-1]
+        lines.append(f"    at {pathlib.Path(frame.filename).name}:{frame.lineno}: {(frame.line or '').strip()}")
+    return "\n".join(lines)
+# --8<-- [end:demo]
+
+
+# --8<-- [start:call]
+x = torch.randn(8, 64, dtype=torch.bfloat16)
+weight = torch.randn(64, dtype=torch.bfloat16)
+report = "\n".join(explain_report(fn, x, weight) for fn in (rms_norm_with_check, rms_norm_plain))
+print(report)
+# --8<-- [end:call]
+
+HEADER = f"# torch {torch.__version__.split('+')[0]}: torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)"
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--write":
+    pathlib.Path(sys.argv[2]).write_text(f"{HEADER}\n{report}\n", encoding="utf-8")
