@@ -25,6 +25,8 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT / "snippets") not in sys.path:  # experiments import the snippet modules
+    sys.path.insert(0, str(ROOT / "snippets"))
 DATA_DIR = ROOT / "docs" / "data"
 GENERATED_DIR = ROOT / "docs" / "generated"
 DEFAULT_GPU = "h200"

@@ -68,12 +68,13 @@ def rms_norm_fwd_kernel(
 @triton.jit
 def rms_norm_bwd_kernel(
     DY, X, W, RSTD, DX, DW_PARTIAL,
-    n_rows, n_cols, tiles_per_program,
+    n_rows, n_cols, eps, tiles_per_program,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
+    RECOMPUTE_RSTD: tl.constexpr,
 ):
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -91,7 +92,10 @@ def rms_norm_bwd_kernel(
         dy_offsets = _row_offsets(rows, size1, size2, dy_stride0, dy_stride1, dy_stride2)
         x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
         dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        if RECOMPUTE_RSTD:  # costs a row reduction; saves 4 bytes per row of memory
+            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+        else:
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
 
         x_hat = x * rstd[:, None]
         wdy = w[None, :] * dy
@@ -240,12 +244,17 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
 
 
 # --8<-- [start:bwd_wrapper]
-def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True):
-    """Returns (dx, dw); dw is None when compute_dw is False. dy is never written."""
+def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float | None = None):
+    """Returns (dx, dw); dw is None when compute_dw is False. dy is never written.
+
+    ``rstd`` is what rms_norm_forward saved; pass ``rstd=None`` and ``eps`` to recompute it.
+    """
     if dy.shape != x.shape:
         raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match input shape {tuple(x.shape)}")
     n_cols = x.shape[-1]
-    n_rows = rstd.numel()
+    n_rows = x.numel() // n_cols if n_cols else 0
+    if rstd is None and eps is None:
+        raise ValueError("pass either the saved rstd or eps to recompute it")
     compute = _compute_dtype(x, weight)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw = torch.zeros_like(weight) if compute_dw else None
@@ -258,10 +267,11 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True):
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device) if compute_dw else dx
     rms_norm_bwd_kernel[(n_programs,)](
-        dy, x, weight, rstd, dx, dw_partial, n_rows, n_cols, triton.cdiv(n_tiles, n_programs),
+        dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
+        n_rows, n_cols, 0.0 if eps is None else eps, triton.cdiv(n_tiles, n_programs),
         size1, size2, *x_strides, *dy_strides,
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
-        num_warps=num_warps,
+        RECOMPUTE_RSTD=rstd is None, num_warps=num_warps,
     )
     if compute_dw:
         reduce_cols = min(block_cols, 256)

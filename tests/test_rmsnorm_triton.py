@@ -355,3 +355,14 @@ def test_randomized_sweep_against_fp64():  # pragma: gpu only
         if not all(e < tol for e in errors) or any(math.isnan(e) for e in errors):
             failures.append((case, dtype, tuple(x.shape), layout, eps, errors))
     assert not failures, failures[:5]
+
+
+def test_recomputed_rstd_matches_saved(device):
+    x, w, dy = random_inputs((9, 3, 128), torch.float32, device, seed=31)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    dx_saved, dw_saved = rms_norm_backward(dy, x, w, rstd)
+    dx_recomputed, dw_recomputed = rms_norm_backward(dy, x, w, None, eps=1e-6)
+    torch.testing.assert_close(dx_recomputed, dx_saved, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(dw_recomputed, dw_saved, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="rstd"):
+        rms_norm_backward(dy, x, w, None)

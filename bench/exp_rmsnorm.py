@@ -1,0 +1,262 @@
+"""RMSNorm microbenchmark: every contender side by side, forward and forward+backward.
+
+    python -m bench.run_all rmsnorm          # on a GPU; writes docs/data/<gpu>/rmsnorm.json
+    python -m bench.exp_rmsnorm              # same, printing the ratio table
+
+Contenders: HF eager Qwen3RMSNorm, torch.nn.functional.rms_norm (fused in
+PyTorch >= 2.11), torch.compile(HF module), Liger-Kernel's LigerRMSNorm
+(in_place=False: its default writes dX into dY), the naive one-row-per-program
+kernel (篇2 §四/§五) and this project's kernel. bf16 throughout.
+
+Bytes counted are the minimum: forward reads x and writes y; backward reads x
+and dy and writes dx; so forward+backward is 5 * rows * H * 2 bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from bench import common
+
+NAME = "rmsnorm"
+SHAPES = [  # (label, rows, width, dy layout)
+    ("H=1024", 16384, 1024, "contiguous"),
+    ("H=2048", 16384, 2048, "contiguous"),
+    ("H=2560", 16384, 2560, "contiguous"),
+    ("H=4096", 16384, 4096, "contiguous"),
+    ("H=5120", 16384, 5120, "contiguous"),
+    ("q_norm 524288x128", 16384 * 32, 128, "contiguous"),
+    ("k_norm 131072x128", 16384 * 8, 128, "contiguous"),
+    ("q_norm, dy transposed", 16384 * 32, 128, "heads_transposed"),
+]
+QUICK_SHAPES = [("H=256", 64, 256, "contiguous"), ("q 64x128", 64, 128, "heads_transposed")]
+CONTENDERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "naive", "triton"]
+LABELS = {
+    "hf": "HF eager",
+    "torch_rms_norm": "F.rms_norm",
+    "compile_hf": "compile(HF)",
+    "liger": "Liger",
+    "naive": "naive Triton",
+    "triton": "this kernel",
+}
+EPS = 1e-6
+
+
+def _make_contenders(width, dtype, device):
+    """name -> (forward_fn(x) -> y, parameters) for one width."""
+    import torch
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    from rmsnorm_naive import naive_rms_norm
+    from rmsnorm_triton import rms_norm
+
+    weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))
+    hf = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=dtype)
+    hf.weight = weight
+    contenders = {
+        "hf": (hf, weight),
+        "torch_rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS), weight),
+        "naive": (lambda x: naive_rms_norm(x, weight, EPS), weight),
+        "triton": (lambda x: rms_norm(x, weight, EPS), weight),
+    }
+    if device == "cuda":  # pragma: gpu only
+        torch._dynamo.reset()
+        contenders["compile_hf"] = (torch.compile(hf, dynamic=False), weight)
+        try:
+            from liger_kernel.transformers import LigerRMSNorm
+
+            liger = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(device=device, dtype=dtype)
+            liger.weight = weight
+            contenders["liger"] = (liger, weight)
+        except ImportError as error:
+            print(f"liger-kernel not importable ({error}); skipped", file=sys.stderr)
+    return contenders
+
+
+def _bench(fn, quick, grad_to_none=None):
+    import torch
+
+    if quick:  # CPU smoke test: one call, wall clock
+        import time
+
+        start = time.perf_counter()
+        fn()
+        return {"median_us": (time.perf_counter() - start) * 1e6, "p20_us": None, "p80_us": None}
+    import triton.testing
+
+    p50, p20, p80 = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8], grad_to_none=grad_to_none)
+    torch.cuda.synchronize()
+    return {"median_us": p50 * 1e3, "p20_us": p20 * 1e3, "p80_us": p80 * 1e3}
+
+
+def _inputs(rows, width, layout, dtype, device, seed):
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, width, device=device, dtype=torch.float32, generator=gen).to(dtype)
+    if layout == "heads_transposed":  # dy as q_norm receives it: (B, T, heads, D) view of (B, heads, T, D)
+        heads = 32 if rows >= 32 * 64 else 2
+        batch, seq = 4 if rows >= 4 * heads else 1, None
+        seq = rows // (batch * heads)
+        dy = torch.randn(batch, heads, seq, width, device=device, generator=gen).to(dtype).transpose(1, 2)
+        x = x.view(batch, seq, heads, width)
+    else:
+        dy = torch.randn(rows, width, device=device, generator=gen).to(dtype)
+    return x, dy
+
+
+def copy_bandwidth(nbytes, device, quick):
+    """GB/s of a device-to-device copy moving ``nbytes`` (read + write)."""
+    import torch
+
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    stats = _bench(lambda: dst.copy_(src), quick)
+    stats["gbps"] = (2 * src.numel() * 4) / (stats["median_us"] * 1e3)
+    return stats
+
+
+def run(args) -> dict:
+    import torch
+
+    quick = getattr(args, "quick", False)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16
+    shapes = QUICK_SHAPES if quick else SHAPES
+    results = {"copy": copy_bandwidth((64 if quick else 2048) * 2**20, device, quick), "shapes": []}
+    for index, (label, rows, width, layout) in enumerate(shapes):
+        print(f"  {label}", flush=True)
+        x, dy = _inputs(rows, width, layout, dtype, device, seed=index)
+        entry = {"label": label, "rows": rows, "width": width, "dy_layout": layout,
+                 "bytes_fwd": 2 * rows * width * 2, "bytes_fwd_bwd": 5 * rows * width * 2,
+                 "copy_same_bytes": copy_bandwidth(2 * rows * width * 2, device, quick), "fwd": {}, "fwd_bwd": {}}
+        for name, (fn, weight) in _make_contenders(width, dtype, device).items():
+            with torch.no_grad():
+                entry["fwd"][name] = _bench(lambda: fn(x), quick)
+            x_grad = x.detach().clone().requires_grad_()
+
+            def step():
+                fn(x_grad).backward(dy)
+
+            entry["fwd_bwd"][name] = _bench(step, quick, grad_to_none=[x_grad, weight])
+            assert torch.equal(dy, dy), "dy was modified"  # NaN check: in-place kernels poison dy
+        for phase, nbytes in (("fwd", entry["bytes_fwd"]), ("fwd_bwd", entry["bytes_fwd_bwd"])):
+            for stats in entry[phase].values():
+                stats["gbps"] = nbytes / (stats["median_us"] * 1e3)
+        results["shapes"].append(entry)
+        del x, dy
+        torch.cuda.empty_cache() if device == "cuda" else None
+    results["rstd"] = rstd_choice(device, dtype, quick)
+    config = {"dtype": "bfloat16", "eps": EPS, "shapes": [list(s) for s in shapes], "contenders": CONTENDERS,
+              "timer": "triton.testing.do_bench median, warmup=50 ms, rep=300 ms, L2 flushed between runs",
+              "liger_in_place": False}
+    return {"config": config, "results": results}
+
+
+def rstd_choice(device, dtype, quick):
+    """Backward time with the saved rstd vs recomputing it in the backward kernel."""
+    import torch
+
+    from rmsnorm_triton import rms_norm_backward, rms_norm_forward
+
+    out = []
+    widths = [(64, 128), (64, 256)] if quick else [(16384 * 32, 128), (16384, 1024), (16384, 4096)]
+    for rows, width in widths:
+        x, dy = _inputs(rows, width, "contiguous", dtype, device, seed=99)
+        w = (torch.rand(width, device=device) + 0.5).to(dtype)
+        _, rstd = rms_norm_forward(x, w, EPS)
+        saved = _bench(lambda: rms_norm_backward(dy, x, w, rstd), quick)
+        recomputed = _bench(lambda: rms_norm_backward(dy, x, w, None, eps=EPS), quick)
+        out.append({"rows": rows, "width": width, "saved_us": saved["median_us"],
+                    "recomputed_us": recomputed["median_us"], "rstd_bytes": rows * 4,
+                    "bwd_bytes": 3 * rows * width * 2})
+    return out
+
+
+# ---------------------------------------------------------------- rendering
+
+def _table(data, phase):
+    res = data["results"]
+    copy = res["copy"]["gbps"]
+    names = [n for n in CONTENDERS if any(n in s[phase] for s in res["shapes"])]
+    headers = ["shape"] + [f"{LABELS[n]} µs" for n in names] + ["this kernel GB/s", "% of copy", "vs best peer"]
+    rows = []
+    for s in res["shapes"]:
+        ours = s[phase]["triton"]
+        peers = {n: v["median_us"] for n, v in s[phase].items() if n not in ("triton", "naive")}
+        best_name = min(peers, key=peers.get)
+        row = [s["label"]] + [common.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names]
+        row += [f"{ours['gbps']:,.0f}", f"{100 * ours['gbps'] / copy:.0f}%",
+                f"{peers[best_name] / ours['median_us']:.2f}× ({LABELS[best_name]})"]
+        rows.append(row)
+    copy_line = (f"*Copy ceiling: a {res['copy'].get('bytes', 2 * 2**30) / 2**30:.0f} GiB device-to-device copy moved "
+                 f"{copy:,.0f} GB/s (read + write). Bytes counted: "
+                 + ("read x + write y." if phase == "fwd" else "forward (read x, write y) + backward (read x, dy; write dx).")
+                 + " Median of do_bench, bf16.*")
+    return common.md_table(headers, rows) + "\n" + copy_line + "\n\n" + common.env_line(data["environment"]) + "\n"
+
+
+def _bandwidth_plot(data):
+    plt = common.plot_style()
+    res = data["results"]
+    shapes = [s for s in res["shapes"]]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    names = [n for n in CONTENDERS if any(n in s["fwd"] for s in shapes)]
+    width = 0.8 / len(names)
+    for ax, phase, title in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
+        for i, name in enumerate(names):
+            values = [s[phase][name]["gbps"] if name in s[phase] else 0 for s in shapes]
+            ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
+                   label=LABELS[name], color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
+        ax.axhline(res["copy"]["gbps"], color="#D98F92", linestyle="--", linewidth=1.2)
+        ax.text(len(shapes) - 0.5, res["copy"]["gbps"], " copy", va="bottom", ha="right", color="#D98F92")
+        ax.set_xticks(range(len(shapes)), [s["label"].replace(" ", "\n", 1) for s in shapes], fontsize=8)
+        ax.set_title(f"RMSNorm {title}, bf16")
+    axes[0].set_ylabel("effective bandwidth (GB/s, minimum bytes)")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    gpu = data["environment"].get("gpu") or "CPU"
+    fig.suptitle(f"{gpu}: higher is better", fontsize=9)
+    return common.svg_of(fig)
+
+
+def _rstd_table(data):
+    rows = []
+    for r in data["results"]["rstd"]:
+        rows.append([f"{r['rows']}×{r['width']}", common.fmt(r["saved_us"]), common.fmt(r["recomputed_us"]),
+                     f"{r['recomputed_us'] / r['saved_us']:.2f}×", f"{r['rstd_bytes'] / 2**20:.2f} MiB"])
+    headers = ["backward shape", "saved rstd µs", "recomputed rstd µs", "recompute / saved", "rstd memory"]
+    return common.md_table(headers, rows) + "\n" + common.env_line(data["environment"]) + "\n"
+
+
+def render(data: dict) -> dict[str, str]:
+    return {
+        "rmsnorm_fwd.md": _table(data, "fwd"),
+        "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
+        "rmsnorm_rstd.md": _rstd_table(data),
+        "rmsnorm_bandwidth.svg": _bandwidth_plot(data),
+    }
+
+
+def print_summary(payload):
+    res = payload["results"]
+    copy = res["copy"]["gbps"]
+    print(f"copy: {copy:,.0f} GB/s")
+    for phase in ("fwd", "fwd_bwd"):
+        print(f"\n{phase}: µs (GB/s, % copy)")
+        for s in res["shapes"]:
+            cells = [f"{n}={v['median_us']:.1f} ({v['gbps']:.0f}, {100 * v['gbps'] / copy:.0f}%)" for n, v in s[phase].items()]
+            ours = s[phase]["triton"]["median_us"]
+            ratios = " ".join(f"{n}/{'ours'}={v['median_us'] / ours:.2f}" for n, v in s[phase].items() if n != "triton")
+            print(f"  {s['label']:<24} " + "  ".join(cells) + f"\n  {'':<24} ratios: {ratios}")
+    for r in res["rstd"]:
+        print(f"rstd {r['rows']}x{r['width']}: saved {r['saved_us']:.1f} µs, recomputed {r['recomputed_us']:.1f} µs")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    payload = run(parser.parse_args())
+    print_summary(payload)
+    with contextlib.suppress(Exception):
+        print(common.save(NAME, payload))

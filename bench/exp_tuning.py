@@ -1,0 +1,182 @@
+"""Triton tuning sweep for 篇2 §七: BLOCK_ROWS x num_warps (x programs per SM) against time.
+
+    python -m bench.run_all tuning
+
+For a few row widths it times the production forward kernel over a grid of
+(BLOCK_ROWS, num_warps), the backward over (BLOCK_ROWS, num_warps, programs
+per SM), records what ``triton.autotune`` picks for the forward from the same
+candidates, and what the shipped heuristic ``launch_config`` chooses.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from bench import common
+
+NAME = "tuning"
+WIDTHS = [(16384 * 32, 128), (16384, 1024), (16384, 4096), (16384, 5120)]
+QUICK_WIDTHS = [(64, 128), (16, 256)]
+EPS = 1e-6
+
+
+@contextlib.contextmanager
+def forced_config(block_rows, num_warps, programs_per_sm=None):
+    """Temporarily replace the heuristic in rmsnorm_triton with a fixed config."""
+    import triton
+
+    import rmsnorm_triton
+
+    original_config, original_programs = rmsnorm_triton.launch_config, rmsnorm_triton.backward_programs
+    rmsnorm_triton.launch_config = lambda n_cols: (block_rows, triton.next_power_of_2(n_cols), num_warps)
+    if programs_per_sm is not None:
+        rmsnorm_triton.backward_programs = lambda device, n_tiles, _=None: original_programs(device, n_tiles, programs_per_sm)
+    try:
+        yield
+    finally:
+        rmsnorm_triton.launch_config, rmsnorm_triton.backward_programs = original_config, original_programs
+
+
+def _time(fn, quick):
+    if quick:
+        import time
+
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e6
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median") * 1e3
+
+
+def _candidates(block_cols, max_tile, quick):
+    rows = [r for r in (1, 2, 4, 8, 16, 32, 64) if block_cols * r <= max_tile]
+    warps = [4] if quick else [2, 4, 8, 16]
+    return [(r, w) for r in (rows[:2] if quick else rows) for w in warps]
+
+
+def _autotune_pick(x, w, candidates, quick):
+    import torch
+    import triton
+
+    import rmsnorm_triton
+
+    tuned = triton.autotune(
+        configs=[triton.Config({"BLOCK_ROWS": r}, num_warps=nw) for r, nw in candidates],
+        key=["n_cols"],
+    )(rmsnorm_triton.rms_norm_fwd_kernel)
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    tuned[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
+        x, w, y, rstd, n_rows, n_cols, EPS, 1, n_rows, 0, 0, n_cols,
+        BLOCK_COLS=triton.next_power_of_2(n_cols), COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
+    )
+    best = tuned.best_config
+    return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}
+
+
+def run(args) -> dict:
+    import torch
+    import triton
+
+    import rmsnorm_triton
+    from rmsnorm_triton import rms_norm_backward, rms_norm_forward
+
+    quick = getattr(args, "quick", False)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = []
+    for rows, width in (QUICK_WIDTHS if quick else WIDTHS):
+        print(f"  width {width}", flush=True)
+        gen = torch.Generator(device=device).manual_seed(width)
+        x = torch.randn(rows, width, device=device, generator=gen).to(torch.bfloat16)
+        dy = torch.randn(rows, width, device=device, generator=gen).to(torch.bfloat16)
+        w = (torch.rand(width, device=device, generator=gen) + 0.5).to(torch.bfloat16)
+        block_cols = triton.next_power_of_2(width)
+        _, rstd = rms_norm_forward(x, w, EPS)
+        entry = {"rows": rows, "width": width, "fwd_bytes": 4 * rows * width, "bwd_bytes": 6 * rows * width,
+                 "heuristic": dict(zip(("block_rows", "block_cols", "num_warps"), rmsnorm_triton.launch_config(width))),
+                 "fwd": [], "bwd": []}
+        entry["heuristic_fwd_us"] = _time(lambda: rms_norm_forward(x, w, EPS), quick)
+        entry["heuristic_bwd_us"] = _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)
+        fwd_candidates = _candidates(block_cols, 16384, quick)
+        for block_rows, num_warps in fwd_candidates:
+            with forced_config(block_rows, num_warps):
+                entry["fwd"].append({"block_rows": block_rows, "num_warps": num_warps,
+                                     "us": _time(lambda: rms_norm_forward(x, w, EPS), quick)})
+        for block_rows, num_warps in _candidates(block_cols, 8192, quick):
+            if num_warps < 4:
+                continue
+            for programs_per_sm in ([2] if quick else [1, 2, 4, 8]):
+                with forced_config(block_rows, num_warps, programs_per_sm):
+                    entry["bwd"].append({"block_rows": block_rows, "num_warps": num_warps,
+                                         "programs_per_sm": programs_per_sm,
+                                         "us": _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)})
+        entry["autotune_fwd_pick"] = None if quick else _autotune_pick(x, w, fwd_candidates, quick)
+        results.append(entry)
+    config = {"dtype": "bfloat16", "widths": [list(wd) for wd in (QUICK_WIDTHS if quick else WIDTHS)],
+              "timer": "triton.testing.do_bench median, warmup=20 ms, rep=80 ms"}
+    return {"config": config, "results": results}
+
+
+# ---------------------------------------------------------------- rendering
+
+def _best(entries):
+    return min(entries, key=lambda e: e["us"])
+
+
+def _table(data):
+    rows = []
+    for e in data["results"]:
+        best_fwd, best_bwd = _best(e["fwd"]), _best(e["bwd"])
+        auto = e.get("autotune_fwd_pick")
+        auto_text = f"{auto['block_rows']} / {auto['num_warps']}" if auto else "—"
+        worst_fwd = max(x["us"] for x in e["fwd"])
+        rows.append([
+            f"{e['rows']}×{e['width']}",
+            f"{best_fwd['block_rows']} / {best_fwd['num_warps']}: {common.fmt(best_fwd['us'])} µs",
+            auto_text,
+            f"{e['heuristic']['block_rows']} / {e['heuristic']['num_warps']}: {common.fmt(e['heuristic_fwd_us'])} µs",
+            f"{worst_fwd / best_fwd['us']:.1f}×",
+            f"{best_bwd['block_rows']} / {best_bwd['num_warps']} / {best_bwd['programs_per_sm']}: {common.fmt(best_bwd['us'])} µs",
+            f"{common.fmt(e['heuristic_bwd_us'])} µs",
+        ])
+    headers = ["rows×H", "fwd best (rows / warps)", "autotune pick", "shipped heuristic fwd",
+               "fwd worst / best", "bwd best (rows / warps / per SM)", "shipped heuristic bwd"]
+    return common.md_table(headers, rows, "lllllll") + "\n" + common.env_line(data["environment"]) + "\n"
+
+
+def _plot(data):
+    plt = common.plot_style()
+    entries = data["results"]
+    fig, axes = plt.subplots(2, len(entries), figsize=(3.2 * len(entries), 6.2), squeeze=False)
+    for col, e in enumerate(entries):
+        ax = axes[0][col]
+        for nw in sorted({x["num_warps"] for x in e["fwd"]}):
+            pts = sorted((x["block_rows"], e["fwd_bytes"] / (x["us"] * 1e3)) for x in e["fwd"] if x["num_warps"] == nw)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"num_warps={nw}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"forward, H={e['width']}", fontsize=9)
+        ax.set_xlabel("BLOCK_ROWS (rows per program)")
+        ax = axes[1][col]
+        for ppsm in sorted({x["programs_per_sm"] for x in e["bwd"]}):
+            best = {}
+            for x in e["bwd"]:
+                if x["programs_per_sm"] == ppsm:
+                    best[x["block_rows"]] = min(best.get(x["block_rows"], 1e30), x["us"])
+            pts = sorted(best.items())
+            ax.plot([p[0] for p in pts], [e["bwd_bytes"] / (p[1] * 1e3) for p in pts], marker="s",
+                    label=f"{ppsm} programs/SM")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"backward, H={e['width']} (best num_warps)", fontsize=9)
+        ax.set_xlabel("BLOCK_ROWS (rows per program)")
+    axes[0][0].set_ylabel("GB/s (minimum bytes)")
+    axes[1][0].set_ylabel("GB/s (minimum bytes)")
+    axes[0][-1].legend(fontsize=8)
+    axes[1][-1].legend(fontsize=8)
+    fig.suptitle(f"{data['environment'].get('gpu') or 'CPU'}, bf16: RMSNorm launch configurations", fontsize=9)
+    fig.tight_layout()
+    return common.svg_of(fig)
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"tuning.md": _table(data), "tuning.svg": _plot(data)}
