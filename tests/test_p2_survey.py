@@ -1,0 +1,101 @@
+"""snippets/survey_imports.py: the library entry points of 篇2 §二.
+
+Libraries that are not installed are skipped with the reason; flash-attn's
+absence is itself checked (transformers must refuse, not silently fall back).
+"""
+import importlib.util
+
+import pytest
+import torch
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+import survey_imports
+from qwen3_configs import tiny_qwen3_config
+
+
+def has(module):
+    return importlib.util.find_spec(module) is not None
+
+
+def test_installed_report_matches_find_spec():
+    assert survey_imports.installed() == {name: has(module) for name, module in survey_imports.THIRD_PARTY.items()}
+
+
+@pytest.mark.skipif(has("flash_attn"), reason="flash-attn is installed: covered by the GPU test")
+def test_flash_attention_2_requires_the_package():
+    with pytest.raises(ImportError, match="FlashAttention2"):
+        survey_imports.qwen3_with_flash_attention(tiny_qwen3_config())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has("flash_attn"), reason="flash-attn is not installed")
+def test_flash_attention_2_matches_sdpa():  # pragma: gpu only
+    config = tiny_qwen3_config()
+    torch.manual_seed(0)
+    model = survey_imports.qwen3_with_flash_attention(config).cuda()
+    reference = type(model)(tiny_qwen3_config(attn_implementation="sdpa")).to("cuda", torch.bfloat16)
+    reference.load_state_dict(model.state_dict())
+    ids = torch.randint(0, config.vocab_size, (2, 32), device="cuda")
+    torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skip(reason="Unsloth needs its CUDA install and a download from the Hugging Face Hub")
+def test_unsloth_lora():  # pragma: no cover
+    model, _ = survey_imports.qwen3_lora_with_unsloth()
+    assert any("lora" in name for name, _ in model.named_parameters())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has("xformers"), reason="xFormers is not installed")
+def test_xformers_matches_sdpa():  # pragma: gpu only
+    q, k, v = (torch.randn(2, 64, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = survey_imports.causal_attention_xformers(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has("apex"), reason="NVIDIA Apex is not installed")
+def test_apex_rms_norm_matches_hf():  # pragma: gpu only
+    norm = survey_imports.apex_rms_norm(256).cuda()
+    x = torch.randn(8, 256, device="cuda")
+    reference = Qwen3RMSNorm(256).cuda()
+    torch.testing.assert_close(norm(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_rms_norm_matches_hf_fp32():
+    x = torch.randn(16, 96, dtype=torch.float64).float() * 3
+    weight = torch.randn(96)
+    hf = Qwen3RMSNorm(96, eps=1e-6)
+    hf.weight.data.copy_(weight)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    w1 = weight.clone().requires_grad_()
+    y = survey_imports.torch_fused_rms_norm(x1, w1)
+    y_ref = hf(x2)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref.backward(dy)
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w1.grad, hf.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_rms_norm_bf16_is_close_to_hf():
+    """F.rms_norm rounds once at the end, HF rounds x_hat before the weight: close, not bit-equal."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 512, dtype=torch.bfloat16) * 3
+    weight = torch.randn(512, dtype=torch.bfloat16)
+    hf = Qwen3RMSNorm(512).to(torch.bfloat16)
+    hf.weight.data.copy_(weight)
+    y, y_ref = survey_imports.torch_fused_rms_norm(x, weight), hf(x).detach()
+    torch.testing.assert_close(y, y_ref, rtol=1.6e-2, atol=1e-2)  # within about one bf16 ulp
+
+
+@pytest.mark.gpu
+def test_inductor_compiles_hf_rmsnorm_without_graph_breaks():  # pragma: gpu only
+    norm = Qwen3RMSNorm(4096).cuda().to(torch.bfloat16)
+    compiled = torch.compile(norm, fullgraph=True)
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(compiled(x), norm(x), rtol=1.6e-2, atol=1e-2)
+    assert survey_imports.qwen3_with_inductor(norm) is not norm
