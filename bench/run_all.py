@@ -3,6 +3,7 @@
     python -m bench.run_all                 # all experiments -> docs/data/<gpu>/
     python -m bench.run_all rmsnorm step    # a subset, by NAME
     python -m bench.run_all --out $OUT      # write the JSON somewhere else (device jobs)
+    python -m bench.run_all step --quick    # CPU smoke test -> artifacts/quick/, never docs/data/
 
 Each experiment is sized to finish well inside 10 minutes on an H200.
 """
@@ -13,8 +14,11 @@ import pathlib
 import time
 import traceback
 
+from bench import _setup  # noqa: F401  (Triton backend chosen before any experiment imports triton)
 from bench import common
 from bench.render import experiment_modules
+
+QUICK_OUT = common.ROOT / "artifacts" / "quick"
 
 
 def main(argv=None) -> int:
@@ -23,6 +27,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=None, help="folder for the JSON files")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        args.out = QUICK_OUT  # quick data must never land in docs/data/<gpu>/
     modules = [m for m in experiment_modules() if not args.names or m.NAME in args.names]
     failures = 0
     for index, module in enumerate(modules, 1):
@@ -35,6 +41,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
             print(f"[{index}/{len(modules)}] {module.NAME} FAILED", flush=True)
             continue
+        payload["config"]["quick"] = bool(args.quick)
         path = common.save(module.NAME, payload, args.out)
         print(f"[{index}/{len(modules)}] {module.NAME} done in {time.perf_counter() - start:.0f} s -> {path}", flush=True)
     return 1 if failures else 0

@@ -1,0 +1,561 @@
+"""Experiment "step": one Qwen3 training step, tier by tier, and the share of it spent in RMSNorm.
+
+What a *step* is here: ``model.zero_grad(set_to_none=True)``, forward with
+``labels`` (HF computes the shifted cross-entropy), ``loss.backward()``.
+No optimizer update: it costs the same in every tier and would only dilute the
+differences (this also matches the baseline in /work/shared/README.md).
+
+Model: Qwen3-8B layer geometry (hidden 4096, intermediate 12288, 32 heads,
+8 KV heads, head_dim 128, vocab 151936), random init from a config, bf16
+parameters, sdpa attention, ``use_cache=False``, 8 decoder layers instead of 36
+(full depth at B=4, T=4096 does not fit in memory without activation
+checkpointing), B=4, T=4096, no activation checkpointing.
+
+Tiers (each in a fresh ``python -m bench.exp_step --tier NAME`` process, so that
+no patch, compile cache in memory or allocator state leaks from one into the next):
+
+* ``eager``           HF as shipped: ``Qwen3RMSNorm`` is unfused Python ops;
+* ``torch_rmsnorm``   norms swapped for ``torch.nn.functional.rms_norm`` (PyTorch's fused kernel);
+* ``triton_fwd``      ``TritonQwen3RMSNormFwdOnly``: Triton forward, autograd backward;
+* ``triton``          ``TritonQwen3RMSNorm``: Triton forward and backward;
+* ``compile``         HF eager + ``torch.compile`` (regional: each decoder layer and the final norm);
+* ``triton_compile``  ``triton`` + the same regional ``torch.compile``;
+* ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
+  (rope, rms_norm, swiglu, fused linear cross-entropy), applied before the model is built.
+
+Timing: CUDA events around each step, median over the timed steps after warm-up.
+Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
+
+RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
+
+* eager tiers: each RMSNorm module's forward runs inside
+  ``record_function("rmsnorm_fwd")``; the forward cost is the GPU time of all
+  kernels launched inside those ranges. Every autograd node created there has a
+  sequence number; the backward nodes carrying the same (sequence number,
+  forward thread) are that norm's backward, and their kernels (including those of
+  nested ops) are its backward cost. A sequence number belongs to the last op that
+  recorded it (the op that created the node), so an op that merely peeked the
+  counter cannot steal a neighbour's node.
+* compiled tiers: Inductor fuses the norm into neighbouring kernels, so no
+  module boundary survives. Kernels whose name contains "rms_norm" (our Triton
+  kernels, kept by name in Inductor's output) are counted; for ``compile`` (HF
+  norms fused by Inductor) the share is reported as not separable.
+* Not counted: AccumulateGrad of the norm weights (no kernel: grads are set to None
+  every step) and any launch gaps. The Amdahl bound is ``step / (step - rmsnorm)``:
+  the speed-up a zero-time RMSNorm would give that tier.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+from bench import _setup  # noqa: F401  (snippets on sys.path, Triton backend chosen)
+from bench import common
+
+NAME = "step"
+
+TIERS = {
+    "eager": "HF eager",
+    "torch_rmsnorm": "HF + torch F.rms_norm",
+    "triton_fwd": "HF + Triton RMSNorm (fwd only)",
+    "triton": "HF + Triton RMSNorm (fwd+bwd)",
+    "compile": "HF + torch.compile",
+    "triton_compile": "HF + Triton RMSNorm + torch.compile",
+    "liger": "Liger-Kernel (full Qwen3 patch)",
+}
+COMPILED = {"compile", "triton_compile"}
+BASELINE = "eager"
+CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240}  # others: 150 s
+NORM_KERNEL_NAME = re.compile(r"rms_?norm", re.IGNORECASE)
+STEP_DEFINITION = ("zero_grad(set_to_none=True) + forward with labels (loss) + backward; "
+                   "no optimizer update")
+
+
+def step_config(quick: bool) -> dict:
+    """Everything that defines the measurement; stored in the JSON as ``config``."""
+    if quick:
+        model = dict(size="tiny", num_hidden_layers=2, vocab_size=512)
+        return dict(model=model, batch=2, seq_len=32, dtype="bfloat16", warmup=1, timed_steps=3,
+                    profiled_steps=1, activation_checkpointing=False, quick=True)
+    model = dict(size="8B", num_hidden_layers=8)
+    return dict(model=model, batch=4, seq_len=4096, dtype="bfloat16", warmup=2, timed_steps=8,
+                profiled_steps=1, activation_checkpointing=False, quick=False)
+
+
+def build_config(spec: dict):
+    from qwen3_configs import qwen3_config, tiny_qwen3_config
+
+    overrides = {k: v for k, v in spec.items() if k != "size"}
+    overrides.update(use_cache=False, attn_implementation="sdpa")
+    if spec["size"] == "tiny":
+        return tiny_qwen3_config(**overrides)
+    return qwen3_config(spec["size"], **overrides)
+
+
+# ---------------------------------------------------------------- one tier (child process)
+
+class TierSkipped(Exception):
+    """The tier cannot run in this environment; the reason is recorded, not raised."""
+
+
+def _torch_rmsnorm_class():
+    import torch
+
+    class TorchFusedRMSNorm(torch.nn.Module):  # "RMSNorm" in the name: HF's _init_weights fills ones
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            return torch.nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight,
+                                                self.variance_epsilon)
+
+    return TorchFusedRMSNorm
+
+
+def _install_patch(tier: str) -> dict:
+    """Apply the tier's patch to transformers' modeling_qwen3 (before the model is built)."""
+    if tier in ("eager", "compile"):
+        return {"norm_class": "Qwen3RMSNorm"}
+    if tier == "liger":
+        try:
+            from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+        except Exception as error:  # not installed on this machine
+            raise TierSkipped(f"liger_kernel not importable: {error!r}") from error
+        options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
+                       cross_entropy=False)
+        apply_liger_kernel_to_qwen3(**options)
+        return {"norm_class": "LigerRMSNorm", "liger_options": options}
+    from qwen3_patch import patch_qwen3_rmsnorm
+    from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
+
+    norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,
+                "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[tier]
+    patch_qwen3_rmsnorm(norm_cls)  # this process only ever builds this one model
+    return {"norm_class": norm_cls.__name__}
+
+
+def _norm_modules(model):
+    return [m for m in model.modules() if "RMSNorm" in type(m).__name__]
+
+
+def _annotate_norms(model) -> None:
+    """Wrap each RMSNorm module's forward in record_function("rmsnorm_fwd") (profiling only)."""
+    import torch
+
+    for module in _norm_modules(model):
+        forward = module.forward
+
+        def annotated(*args, _forward=forward, **kwargs):
+            with torch.profiler.record_function("rmsnorm_fwd"):
+                return _forward(*args, **kwargs)
+
+        module.forward = annotated
+
+
+def measure_tier(tier: str, cfg: dict, log=print) -> dict:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    device = _setup.DEVICE
+    on_gpu = device == "cuda"
+    if tier in COMPILED and not on_gpu:
+        raise TierSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
+    info = _install_patch(tier)
+    config = build_config(cfg["model"])
+    dtype = getattr(torch, cfg["dtype"])
+
+    log(f"build model ({config.num_hidden_layers} layers, hidden {config.hidden_size}) on {device}")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    model.to(dtype).train()
+    norms = _norm_modules(model)
+    info["norm_count"] = len(norms)
+    info["norm_classes"] = sorted({type(m).__name__ for m in norms})
+    expected = 4 * config.num_hidden_layers + 1
+    if len(norms) != expected or info["norm_classes"] != [info["norm_class"]]:
+        raise RuntimeError(f"expected {expected} x {info['norm_class']}, found {len(norms)} x {info['norm_classes']}")
+    info["parameters"] = sum(p.numel() for p in model.parameters())
+
+    if tier in COMPILED:  # regional compilation: identical layers share one compiled graph
+        for layer in model.model.layers:
+            layer.compile()
+        model.model.norm.compile()
+
+    generator = torch.Generator(device=device).manual_seed(1234)
+    batches = [torch.randint(0, config.vocab_size, (cfg["batch"], cfg["seq_len"]), device=device,
+                             generator=generator) for _ in range(2)]
+
+    def step(batch):
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        return loss
+
+    def sync():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    # Warm-up. The first step includes compilation and Triton JIT; its wall time is kept.
+    start = time.perf_counter()
+    first_loss = step(batches[0]).item()
+    first_step_s = time.perf_counter() - start
+    log(f"first step {first_step_s:.1f} s (includes compilation / JIT), loss {first_loss:.5f}")
+    for _ in range(cfg["warmup"] - 1):
+        step(batches[1])
+    sync()
+
+    # Timed steps.
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    step_ms = []
+    for i in range(cfg["timed_steps"]):
+        batch = batches[i % len(batches)]
+        if on_gpu:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            step(batch)
+            end.record()
+            end.synchronize()
+            step_ms.append(begin.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step(batch)
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None
+    median_ms = statistics.median(step_ms)
+    log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
+
+    # One more step under the profiler, for the RMSNorm share.
+    profile = profile_rmsnorm(model, step, batches, cfg["profiled_steps"], annotate=tier not in COMPILED,
+                              on_gpu=on_gpu)
+    profile["method"] = ("module ranges + autograd sequence numbers" if tier not in COMPILED
+                         else "kernel names" if tier == "triton_compile" else "not separable")
+    if tier == "compile":
+        profile["rmsnorm_ms"] = None  # Inductor fused HF's norm into its neighbours
+    rms = profile["rmsnorm_ms"]
+    log(f"RMSNorm per step: {rms} ms of {profile['device_ms']:.1f} ms device time")
+
+    result = dict(info)
+    result.update(
+        step_ms=step_ms,
+        median_ms=median_ms,
+        min_ms=min(step_ms),
+        max_ms=max(step_ms),
+        peak_gib=peak_gib,
+        first_step_s=first_step_s,
+        loss=first_loss,
+        tokens_per_s=cfg["batch"] * cfg["seq_len"] / (median_ms / 1e3),
+        profile=profile,
+    )
+    if tier in COMPILED:
+        from torch._dynamo.utils import counters
+
+        result["dynamo"] = {"graph_breaks": sum(counters["graph_break"].values()),
+                            "unique_graphs": counters["stats"].get("unique_graphs", 0)}
+    return result
+
+
+def profile_rmsnorm(model, step, batches, n_steps: int, annotate: bool, on_gpu: bool) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    if annotate:
+        _annotate_norms(model)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        for i in range(n_steps):
+            batch = batches[i % len(batches)]
+            model.zero_grad(set_to_none=True)
+            with record_function("step_forward"):
+                loss = model(input_ids=batch, labels=batch).loss
+            with record_function("step_backward"):
+                loss.backward()
+        if on_gpu:
+            torch.cuda.synchronize()
+    result = attribute_rmsnorm(prof.events(), on_gpu=on_gpu)
+    per_step = {k: (v / n_steps if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                for k, v in result.items()}
+    return per_step | {"steps": n_steps}
+
+
+def attribute_rmsnorm(events, on_gpu: bool) -> dict:
+    """Per-profile RMSNorm time (ms). See the module docstring for the method.
+
+    On CPU (``--quick``) there are no kernels; CPU time of the ops stands in for it.
+    """
+    from torch.autograd import DeviceType
+
+    def cost_us(event):
+        return event.device_time_total if on_gpu else event.cpu_time_total
+
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    forward_windows = [e for e in cpu if e.name == "step_forward"]
+    backward_windows = [e for e in cpu if e.name == "step_backward"]
+    if not forward_windows or not backward_windows:
+        raise RuntimeError("profile lacks the step_forward / step_backward ranges")
+    main_thread = forward_windows[0].thread
+
+    def within(event, windows):
+        return any(w.time_range.start <= event.time_range.start <= w.time_range.end for w in windows)
+
+    def in_norm(event):
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name == "rmsnorm_fwd":
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    regions = [e for e in cpu if e.name == "rmsnorm_fwd"]
+    forward_us = sum(cost_us(e) for e in regions)
+
+    # Sequence number -> is its node created inside an RMSNorm range? The last op recording it wins.
+    owner = {}
+    for event in sorted((e for e in cpu if e.thread == main_thread and e.sequence_nr >= 0
+                         and within(e, forward_windows)), key=lambda e: e.time_range.start):
+        owner[event.sequence_nr] = in_norm(event)
+    norm_seqs = {seq for seq, inside in owner.items() if inside}
+
+    matched = [e for e in cpu if e.sequence_nr in norm_seqs and e.fwd_thread == main_thread
+               and not e.name.startswith(("aten::", "autograd::engine")) and within(e, backward_windows)]
+    matched_ids = {id(e) for e in matched}
+
+    def has_matched_ancestor(event):
+        parent = event.cpu_parent
+        while parent is not None:
+            if id(parent) in matched_ids:
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    backward_nodes = [e for e in matched if not has_matched_ancestor(e)]
+    backward_us = sum(cost_us(e) for e in backward_nodes)
+
+    result = {
+        "rmsnorm_fwd_ms": forward_us / 1e3 if regions else None,
+        "rmsnorm_bwd_ms": backward_us / 1e3 if regions else None,
+        "rmsnorm_ms": (forward_us + backward_us) / 1e3 if regions else None,
+        "annotated_ranges": len(regions),
+        "backward_nodes": len(backward_nodes),
+        "backward_node_names": sorted({e.name for e in backward_nodes}),
+    }
+    if on_gpu:
+        kernels = [e for e in events if e.device_type != DeviceType.CPU
+                   and not getattr(e, "is_user_annotation", False)
+                   and e.name not in ("rmsnorm_fwd", "step_forward", "step_backward")]
+        named = [k for k in kernels if NORM_KERNEL_NAME.search(k.name)]
+        result.update(
+            device_ms=sum(k.time_range.elapsed_us() for k in kernels) / 1e3,
+            kernels=len(kernels),
+            named_rmsnorm_ms=sum(k.time_range.elapsed_us() for k in named) / 1e3,
+            named_rmsnorm_kernels=sorted({k.name for k in named}),
+        )
+        if not regions:  # compiled tiers: only the kernel names are left
+            result["rmsnorm_ms"] = result["named_rmsnorm_ms"]
+    else:
+        result.update(device_ms=sum(e.cpu_time_total for e in forward_windows + backward_windows) / 1e3,
+                      kernels=None, named_rmsnorm_ms=None, named_rmsnorm_kernels=[])
+    return result
+
+
+def run_child(tier: str, quick: bool, out: pathlib.Path) -> None:
+    cfg = step_config(quick)
+
+    def log(message):
+        print(f"  [step:{tier}] {message}", flush=True)
+
+    record = {"tier": tier, "label": TIERS[tier]}
+    try:
+        record.update(measure_tier(tier, cfg, log=log), status="ok")
+    except TierSkipped as reason:
+        record.update(status="skipped", reason=str(reason))
+        log(f"skipped: {reason}")
+    except Exception as error:
+        record.update(status="error", reason=repr(error)[:500], traceback=traceback.format_exc()[-3000:])
+        log(f"FAILED: {error!r}")
+    out.write_text(json.dumps(record), encoding="utf-8")
+
+
+# ---------------------------------------------------------------- all tiers (parent process)
+
+def selected_tiers() -> list[str]:
+    wanted = os.environ.get("BENCH_STEP_TIERS")
+    if not wanted:
+        return list(TIERS)
+    tiers = [t.strip() for t in wanted.split(",") if t.strip()]
+    unknown = sorted(set(tiers) - set(TIERS))
+    if unknown:
+        raise ValueError(f"unknown tiers {unknown}; choose from {list(TIERS)}")
+    return tiers
+
+
+def run(args) -> dict:
+    cfg = step_config(args.quick)
+    tiers = selected_tiers()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, tier in enumerate(tiers, 1):
+            out = pathlib.Path(tmp) / f"{tier}.json"
+            command = [sys.executable, "-m", "bench.exp_step", "--tier", tier, "--out", str(out)]
+            if args.quick:
+                command.append("--quick")
+            print(f" step tier {index}/{len(tiers)}: {tier}", flush=True)
+            start = time.perf_counter()
+            timeout = CHILD_TIMEOUT_S.get(tier, 150)
+            try:
+                subprocess.run(command, cwd=common.ROOT, timeout=timeout, check=False)
+                record = json.loads(out.read_text(encoding="utf-8"))
+            except subprocess.TimeoutExpired:
+                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                          "reason": f"timed out after {timeout} s"}
+            except (OSError, ValueError) as error:  # the child died before writing its record
+                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                          "reason": f"child process wrote no result: {error!r}"}
+            record["wall_s"] = round(time.perf_counter() - start, 1)
+            results[tier] = record
+    model = build_config(cfg["model"])
+    cfg["geometry"] = {k: getattr(model, k) for k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
+    cfg.update(step=STEP_DEFINITION, attention="sdpa", tiers=tiers,
+               compile_scope="regional: torch.compile on each decoder layer and on the final norm",
+               timing="CUDA events per step, median of the timed steps after warm-up",
+               rmsnorm_share=("profiler: module record_function ranges (forward) + autograd sequence "
+                              "numbers (backward); compiled tiers: kernel names"))
+    return {"config": cfg, "results": results}
+
+
+# ---------------------------------------------------------------- rendering
+
+def _summary(data: dict) -> list[dict]:
+    rows = []
+    results = data["results"]
+    base = results.get(BASELINE, {})
+    base_ms = base.get("median_ms") if base.get("status") == "ok" else None
+    for tier, record in results.items():
+        row = {"tier": tier, "label": record.get("label", TIERS.get(tier, tier)), "status": record["status"]}
+        if record["status"] == "ok":
+            step = record["median_ms"]
+            rms = record["profile"].get("rmsnorm_ms")
+            row.update(step=step, lo=record["min_ms"], hi=record["max_ms"], peak=record.get("peak_gib"),
+                       speedup=base_ms / step if base_ms else None, rms=rms,
+                       share=rms / step if rms is not None else None,
+                       without=step - rms if rms is not None else None,
+                       bound=step / (step - rms) if rms is not None and rms < step else None,
+                       method=record["profile"].get("method"))
+        else:
+            row["reason"] = record.get("reason", "")
+        rows.append(row)
+    return rows
+
+
+def _config_line(data: dict) -> str:
+    cfg = data["config"]
+    g = cfg.get("geometry", {})
+    return (f"*Qwen3 {cfg['model']['size']} geometry (hidden {g.get('hidden_size')}, intermediate "
+            f"{g.get('intermediate_size')}, head_dim {g.get('head_dim')}, vocab {g.get('vocab_size')}), "
+            f"{g.get('num_hidden_layers')} layers, B={cfg['batch']}, T={cfg['seq_len']}, {cfg['dtype']}, "
+            f"sdpa, activation checkpointing {'on' if cfg['activation_checkpointing'] else 'off'}; "
+            f"step = {cfg['step']}; median of {cfg['timed_steps']} steps after {cfg['warmup']} warm-up.*")
+
+
+def render(data: dict) -> dict[str, str]:
+    rows = _summary(data)
+    env = common.env_line(data["environment"])
+    f = common.fmt
+
+    step_rows = []
+    for r in rows:
+        if r["status"] != "ok":
+            step_rows.append([r["label"], f"not run: {r['status']}", "—", "—", "—"])
+            continue
+        step_rows.append([
+            r["label"], f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            f"{r['speedup']:.2f}×" if r["speedup"] else "—",
+            f(r["peak"], 3) if r["peak"] is not None else "—",
+        ])
+    step_table = common.md_table(["setup", "step (ms, median)", "range (ms)", "speed-up vs HF eager",
+                                  "peak memory (GiB)"], step_rows, "lrrrr")
+
+    share_rows = []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if r["rms"] is None:
+            share_rows.append([r["label"], f(r["step"], 4), "not separable (fused by Inductor)", "—", "—", "—"])
+            continue
+        share_rows.append([
+            r["label"], f(r["step"], 4), f(r["rms"], 3), f"{100 * r['share']:.1f}%", f(r["without"], 4),
+            f"{r['bound']:.3f}×" if r["bound"] else "—",
+        ])
+    share_table = common.md_table(["setup", "step (ms)", "RMSNorm (ms/step)", "RMSNorm share",
+                                   "step with 0-time RMSNorm (ms)", "Amdahl bound"], share_rows, "lrrrrr")
+
+    skipped = [f"- {r['label']}: {r['status']} ({r['reason']})" for r in rows if r["status"] != "ok"]
+    notes = ("\n" + "\n".join(skipped) + "\n") if skipped else ""
+    return {
+        "step_time.md": step_table + "\n" + _config_line(data) + "\n\n" + env + "\n" + notes,
+        "step_rmsnorm_share.md": share_table + "\n" + _config_line(data) + "\n\n"
+        + "*RMSNorm time from one profiled step: kernels inside each norm module's forward range plus the backward "
+        "nodes linked to them by autograd sequence number; compiled tiers by kernel name.*\n\n" + env + "\n",
+        "step_time.svg": _plot(rows, data),
+    }
+
+
+def _plot(rows: list[dict], data: dict) -> str:
+    plt = common.plot_style()
+    ok = [r for r in rows if r["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(ok), 1) + 1.4))
+    labels = [r["label"] for r in ok][::-1]
+    y = list(range(len(ok)))
+    rms = [r["rms"] or 0.0 for r in ok][::-1]
+    rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]
+    ax.barh(y, rest, color=common.PASTEL_LINE["blue"], label="everything else")
+    ax.barh(y, rms, left=rest, color=common.PASTEL_LINE["pink"], label="RMSNorm (profiled)")
+    for yi, r in zip(y, ok[::-1]):
+        note = "" if r["rms"] is not None else " (RMSNorm fused, not separable)"
+        ax.text(r["step"], yi, f"  {r['step']:.0f} ms{note}", va="center", fontsize=9, color="#777777")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("training step time (ms, median; lower is better)")
+    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.3)
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="lower right", fontsize=8)
+    cfg = data["config"]
+    ax.set_title(f"Qwen3 {cfg['model']['size']} geometry, {cfg['model']['num_hidden_layers']} layers, "
+                 f"B={cfg['batch']}, T={cfg['seq_len']}, fwd+bwd", fontsize=10, color="#777777")
+    return common.svg_of(fig)
+
+
+# ---------------------------------------------------------------- CLI
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=list(TIERS), help="measure one tier (child process mode)")
+    parser.add_argument("--out", type=pathlib.Path, help="child: where to write the tier's JSON")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tier:
+        if args.out is None:
+            parser.error("--tier needs --out")
+        run_child(args.tier, args.quick, args.out)
+        return 0
+    payload = run(args)
+    print(json.dumps({t: {k: v for k, v in r.items() if k in ("status", "median_ms", "peak_gib", "reason")}
+                      for t, r in payload["results"].items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
