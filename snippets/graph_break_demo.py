@@ -4,8 +4,8 @@ A data-dependent Python branch (`if tensor.item() > ...`) forces Dynamo to stop
 tracing, run the Python `if`, and start a second graph: Inductor can only fuse
 inside each piece. The same function without the check compiles to one graph.
 
-    python snippets/graph_break_demo.py                 # print the report
-    python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt
+    python snippets/graph_break_demo.py    # print the report
+    python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt  # regenerate the page's copy
 """
 import sys
 
@@ -46,14 +46,24 @@ def explain_report(fn, *args) -> str:
 # --8<-- [end:demo]
 
 
-# --8<-- [start:call]
-x = torch.randn(8, 64, dtype=torch.bfloat16)
-weight = torch.randn(64, dtype=torch.bfloat16)
-report = "\n".join(explain_report(fn, x, weight) for fn in (rms_norm_with_check, rms_norm_plain))
-print(report)
-# --8<-- [end:call]
+def report() -> str:
+    """The text of docs/generated/graph_break_explain.txt."""
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    weight = torch.randn(64, dtype=torch.bfloat16)
+    header = f"# torch {torch.__version__.split('+')[0]}: torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)"
+    lines = [header] + [explain_report(fn, x, weight) for fn in (rms_norm_with_check, rms_norm_plain)]
+    return "\n".join(lines) + "\n"
 
-HEADER = f"# torch {torch.__version__.split('+')[0]}: torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)"
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--write":
-    pathlib.Path(sys.argv[2]).write_text(f"{HEADER}\n{report}\n", encoding="utf-8")
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        pathlib.Path(sys.argv[2]).write_text(report(), encoding="utf-8")
+    # --8<-- [start:call]
+    import torch
+    from graph_break_demo import explain_report, rms_norm_plain, rms_norm_with_check
+
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    weight = torch.randn(64, dtype=torch.bfloat16)
+    print(explain_report(rms_norm_with_check, x, weight))
+    print(explain_report(rms_norm_plain, x, weight))
+    # --8<-- [end:call]

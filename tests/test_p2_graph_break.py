@@ -4,40 +4,42 @@ import runpy
 
 import torch
 
+import graph_break_demo as demo
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SNIPPET = ROOT / "snippets" / "graph_break_demo.py"
 COMMITTED = ROOT / "docs" / "generated" / "graph_break_explain.txt"
 
 
-def run_demo():
-    return runpy.run_path(str(SNIPPET))
-
-
 def test_item_branch_breaks_the_graph():
-    demo = run_demo()
     x = torch.randn(4, 32)
     weight = torch.randn(32)
-    broken = demo["explain_report"](demo["rms_norm_with_check"], x, weight)
-    plain = demo["explain_report"](demo["rms_norm_plain"], x, weight)
+    broken = demo.explain_report(demo.rms_norm_with_check, x, weight)
+    plain = demo.explain_report(demo.rms_norm_plain, x, weight)
     assert "graph_count=2, graph_break_count=1" in broken
     assert "Tensor.item()" in broken
     assert "graph_count=1, graph_break_count=0" in plain
     # Both functions compute the same thing; the check only costs a graph.
-    torch.testing.assert_close(demo["rms_norm_with_check"](x, weight), demo["rms_norm_plain"](x, weight))
+    torch.testing.assert_close(demo.rms_norm_with_check(x, weight), demo.rms_norm_plain(x, weight))
 
 
 def test_committed_output_is_current():
     """docs/generated/graph_break_explain.txt is what the snippet prints today.
 
     Regenerate with: python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt
-    The wording of Dynamo's messages is version-specific: under another torch
-    version only the graph counts are compared.
+    Dynamo's wording is version-specific: under another torch version only the
+    graph counts are compared.
     """
-    demo = run_demo()
-    regenerated = f"{demo['HEADER']}\n{demo['report']}\n"
+    regenerated = demo.report()
     committed = COMMITTED.read_text(encoding="utf-8")
-    if committed.splitlines()[0] == demo["HEADER"]:
+    if committed.splitlines()[0] == regenerated.splitlines()[0]:
         assert committed == regenerated
     else:
         counts = [line for line in regenerated.splitlines() if "graph_count=" in line]
         assert counts == [line for line in committed.splitlines() if "graph_count=" in line]
+
+
+def test_script_prints_the_report(capsys):
+    runpy.run_path(demo.__file__, run_name="__main__")
+    out = capsys.readouterr().out
+    assert "rms_norm_with_check: graph_count=2, graph_break_count=1" in out
+    assert "rms_norm_plain: graph_count=1, graph_break_count=0" in out

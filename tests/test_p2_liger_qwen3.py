@@ -15,7 +15,7 @@ SNIPPET = ROOT / "snippets" / "liger_qwen3_demo.py"
 def test_patch_swaps_every_norm_and_mlp_then_restores(capsys):
     original = (modeling_qwen3.Qwen3RMSNorm, modeling_qwen3.Qwen3MLP,
                 modeling_qwen3.apply_rotary_pos_emb, modeling_qwen3.Qwen3ForCausalLM.forward)
-    demo = runpy.run_path(str(SNIPPET))  # on CUDA this also runs fwd+bwd and compares with HF
+    demo = runpy.run_path(str(SNIPPET), run_name="__main__")  # on CUDA: also fwd+bwd vs HF
     layers = demo["config"].num_hidden_layers
     assert demo["counts"] == {"LigerRMSNorm": 4 * layers + 1, "LigerSwiGLUMLP": layers}
     assert "modules by class" in capsys.readouterr().out
@@ -26,5 +26,5 @@ def test_patch_swaps_every_norm_and_mlp_then_restores(capsys):
 
 @pytest.mark.gpu
 def test_liger_training_step_matches_hf(capsys):
-    runpy.run_path(str(SNIPPET))
+    runpy.run_path(str(SNIPPET), run_name="__main__")
     assert "gradients match" in capsys.readouterr().out
