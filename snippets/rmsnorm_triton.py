@@ -36,6 +36,16 @@ def _row_offsets(rows, size1, size2, stride0, stride1, stride2):
 
 
 @triton.jit
+def _inv_rms(mean_square_plus_eps, COMPUTE_DTYPE: tl.constexpr):
+    # fp32: the same hardware rsqrt torch.rsqrt uses (bit-compatible with HF);
+    # fp64: an exact division, so that fp64 gradcheck stays meaningful.
+    if COMPUTE_DTYPE == tl.float64:
+        return 1.0 / tl.sqrt(mean_square_plus_eps)
+    else:
+        return tl.rsqrt(mean_square_plus_eps)
+
+
+@triton.jit
 def rms_norm_fwd_kernel(
     X, W, Y, RSTD,
     n_rows, n_cols, eps,
@@ -54,7 +64,7 @@ def rms_norm_fwd_kernel(
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
 
     mean_square = tl.sum(x * x, axis=1) / n_cols
-    rstd = 1.0 / tl.sqrt(mean_square + eps)
+    rstd = _inv_rms(mean_square + eps, COMPUTE_DTYPE)
     x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
     y = x_hat * w[None, :]
 
@@ -65,6 +75,18 @@ def rms_norm_fwd_kernel(
 
 
 # --8<-- [start:bwd_kernel]
+@triton.jit
+def _load_rows(X, DY, rows, cols, n_rows, n_cols, size1, size2,
+               x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2):
+    # Raw (input-dtype) x and dy of a row tile; rows past the end are masked off.
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+    dy_offsets = _row_offsets(rows, size1, size2, dy_stride0, dy_stride1, dy_stride2)
+    x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0)
+    return x, dy
+
+
 @triton.jit
 def rms_norm_bwd_kernel(
     DY, X, W, RSTD, DX, DW_PARTIAL,
@@ -83,17 +105,23 @@ def rms_norm_bwd_kernel(
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(COMPUTE_DTYPE)
     dw_acc = tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE)
 
-    # Persistent loop over tiles program, program + n_programs, ... (past the end: masked)
-    for i in range(tiles_per_program):
-        rows = (program + i * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    # Persistent loop over tiles program, program + n_programs, ... The loads of
+    # the next tile are issued before the math of the current one (prefetch),
+    # so each program keeps two tiles of memory traffic in flight.
+    rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    x_next, dy_next = _load_rows(X, DY, rows_next, cols, n_rows, n_cols, size1, size2,
+                                   x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+    for _ in range(tiles_per_program):
+        rows, x_raw, dy_raw = rows_next, x_next, dy_next
+        rows_next = rows + n_programs * BLOCK_ROWS
+        x_next, dy_next = _load_rows(X, DY, rows_next, cols, n_rows, n_cols, size1, size2,
+                                   x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+
         row_mask = rows < n_rows
-        mask = row_mask[:, None] & col_mask[None, :]
-        x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
-        dy_offsets = _row_offsets(rows, size1, size2, dy_stride0, dy_stride1, dy_stride2)
-        x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
-        dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
+        x = x_raw.to(COMPUTE_DTYPE)
+        dy = dy_raw.to(COMPUTE_DTYPE)
         if RECOMPUTE_RSTD:  # costs a row reduction; saves 4 bytes per row of memory
-            rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+            rstd = _inv_rms(tl.sum(x * x, axis=1) / n_cols + eps, COMPUTE_DTYPE)
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
 
@@ -102,7 +130,7 @@ def rms_norm_bwd_kernel(
         c = tl.sum(wdy * x_hat, axis=1) / n_cols
         dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
         dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
-        tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
 
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
@@ -257,9 +285,9 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float |
         raise ValueError("pass either the saved rstd or eps to recompute it")
     compute = _compute_dtype(x, weight)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dw = torch.zeros_like(weight) if compute_dw else None
-    if dx.numel() == 0:
-        return dx, dw
+    if dx.numel() == 0:  # no rows: dW is a sum over nothing
+        return dx, torch.zeros_like(weight) if compute_dw else None
+    dw = torch.empty_like(weight) if compute_dw else None
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
     block_rows, block_cols, num_warps = launch_config(n_cols)
     n_tiles = triton.cdiv(n_rows, block_rows)
