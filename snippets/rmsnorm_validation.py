@@ -1,5 +1,6 @@
 """The three checks a hand-written backward must pass before it goes into training (篇2 §5.6).
 
+0. Forward, bf16: within one ulp of HF's Qwen3RMSNorm (same cast order).
 1. gradcheck in float64: the analytic backward equals finite differences.
 2. At the training dtype (bf16), against HF's Qwen3RMSNorm: y, dx and dw are
    no further from an fp64 reference than HF's own result is.
@@ -19,6 +20,29 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 from rmsnorm_triton import rms_norm
 
 EPS = 1e-6
+
+
+# --8<-- [start:forward_hf]
+def bf16_ulp_distance(a, b):
+    """|a - b| in bf16 units in the last place (bit patterns mapped to a monotone integer line)."""
+    def line(t):
+        bits = t.contiguous().view(torch.int16).to(torch.int32)
+        return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+    return (line(a) - line(b)).abs()
+
+
+def forward_vs_hf(shape, device):
+    """(max ulp distance, fraction of bit-identical outputs): Triton forward vs HF Qwen3RMSNorm, bf16."""
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16)
+    hf = Qwen3RMSNorm(shape[-1], eps=EPS).to(device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        hf.weight.copy_(1 + 0.1 * torch.randn(shape[-1], device=device))
+        expected, ours = hf(x), rms_norm(x, hf.weight, EPS)
+    assert ours.dtype == expected.dtype == torch.bfloat16
+    distance = bf16_ulp_distance(ours, expected)
+    return distance.max().item(), (distance == 0).float().mean().item()
+# --8<-- [end:forward_hf]
 
 
 # --8<-- [start:gradcheck]
@@ -92,10 +116,14 @@ if __name__ == "__main__":
     # --8<-- [start:run]
     import torch
     from rmsnorm_validation import (
-        check_double_backward_raises, check_dw_determinism, check_gradcheck, compare_with_hf)
+        check_double_backward_raises, check_dw_determinism, check_gradcheck, compare_with_hf, forward_vs_hf)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     on_gpu = device == "cuda"
+    # Same cast order as HF: at most 1 ulp apart on a GPU (the CPU interpreter truncates: up to 3).
+    max_ulp, identical = forward_vs_hf((4, 2048, 4096) if on_gpu else (4, 8, 256), device)
+    assert max_ulp <= (1 if on_gpu else 3)
+    print(f"forward vs HF: max {max_ulp} ulp, {100 * identical:.2f}% bit-identical")
     check_gradcheck(device, [(3, 5, 64), (70, 128), (3, 4096)] if on_gpu else [(2, 8), (2, 2, 16)])
     # The interpreter truncates fp32 -> bf16 instead of rounding: allow it more slack on CPU.
     slack = 1.25 if on_gpu else 3.0

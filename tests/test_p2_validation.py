@@ -1,15 +1,12 @@
-"""snippets/rmsnorm_validation.py: the §5.6 checks pass on the real kernel and catch broken ones."""
-import pathlib
-import runpy
+"""snippets/rmsnorm_validation.py: the §5.6 checks pass on the real kernel and catch broken ones.
 
+Its __main__ section is the page's run block: the docs code-block test executes it.
+"""
 import pytest
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import rmsnorm_validation as validation
-
-SNIPPET = pathlib.Path(validation.__file__)
-
 
 class MissingProjectionTerm(torch.autograd.Function):
     """A plausible wrong backward: dx = w * dy * rstd, forgetting the -x_hat * c term."""
@@ -73,6 +70,27 @@ def test_double_backward_raises(device):
     assert torch.isfinite(dx).all()
 
 
-def test_script_runs(capsys):
-    runpy.run_path(str(SNIPPET), run_name="__main__")
-    assert "all passed" in capsys.readouterr().out
+def test_forward_within_one_ulp_of_hf(device, on_gpu):
+    max_ulp, identical = validation.forward_vs_hf((4, 2048, 4096) if on_gpu else (4, 8, 256), device)
+    assert max_ulp <= (1 if on_gpu else 3)  # the interpreter truncates fp32 -> bf16
+    if on_gpu:
+        assert identical > 0.999
+
+
+def test_ulp_distance_counts_bf16_steps():
+    one = torch.tensor([1.0, -1.0, 0.0], dtype=torch.bfloat16)
+    up = torch.nextafter(one.float(), torch.tensor(2.0)).to(torch.bfloat16)  # rounds to itself in bf16
+    step = torch.tensor([1.0078125, -0.9960937, 0.0], dtype=torch.bfloat16)  # one bf16 ulp away (0: same)
+    assert validation.bf16_ulp_distance(one, up).tolist() == [0, 0, 0]
+    assert validation.bf16_ulp_distance(one, step).tolist() == [1, 1, 0]
+    assert validation.bf16_ulp_distance(torch.tensor([-0.0], dtype=torch.bfloat16),
+                                        torch.tensor([0.0], dtype=torch.bfloat16)).item() == 0
+
+
+@pytest.mark.gpu
+def test_forward_check_tells_cast_orders_apart(monkeypatch):  # pragma: gpu only
+    """Multiplying the weight in fp32 (F.rms_norm's order) is close to HF but not bit-compatible."""
+    monkeypatch.setattr(validation, "rms_norm",
+                        lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps))
+    _, identical = validation.forward_vs_hf((4, 2048, 4096), "cuda")
+    assert identical < 0.99
