@@ -8,6 +8,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 import rmsnorm_validation as validation
 
+
 class MissingProjectionTerm(torch.autograd.Function):
     """A plausible wrong backward: dx = w * dy * rstd, forgetting the -x_hat * c term."""
 
