@@ -1,0 +1,98 @@
+"""Automatic fusion: what torch.compile (Inductor) generates for Qwen3's RMSNorm.
+
+Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_compile_capture.py tests it.
+`TORCH_LOGS=output_code python x.py` prints every module Inductor writes; here the same text is
+captured as strings, split into kernels, and saved. On a GPU the kernels are Triton; on CPU, C++.
+
+    python snippets/p1_compile_capture.py [out.txt]
+"""
+import re
+import sys
+
+import torch
+
+
+# --8<-- [start:capture]
+def capture_output_code(fn, *args):
+    """Run ``fn(*args)`` and return (result, [generated modules]): the text TORCH_LOGS=output_code logs.
+
+    The FX graph cache is off so that a warm cache cannot skip code generation.
+    ``run_and_get_code`` also resets dynamo, so everything compiled inside fn is fresh.
+    """
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    with config.patch(fx_graph_cache=False):
+        return run_and_get_code(fn, *args)
+
+
+KERNEL = re.compile(
+    r"(?P<comments>(?:^#[^\n]*\n)*)"                      # '# kernel path', '# Topologically Sorted Source Nodes'
+    r"^(?P<variable>\w+) = async_compile\.(?P<kind>\w+)\("  # triton / cpp_pybinding
+    r"[^\n]*?r?'''\n?(?P<source>.*?)'''",
+    re.S | re.M,
+)
+
+
+def generated_kernels(module_source: str) -> list:
+    """The kernels defined in one generated module, in order: name, kind, fused ATen ops, source."""
+    kernels = []
+    for match in KERNEL.finditer(module_source):
+        nodes = re.search(r"# Topologically Sorted Source Nodes: \[(.*?)\]", match["comments"])
+        kernels.append({
+            "name": match["variable"],
+            "kind": match["kind"],
+            "source_nodes": [n.strip() for n in nodes[1].split(",")] if nodes else [],
+            "source": match["source"].strip("\n"),
+        })
+    return kernels
+
+
+def graph_kind(module_source: str) -> str:
+    """'forward' or 'backward' (or 'inference'), from the '# AOT ID' header Inductor writes."""
+    header = re.search(r"# AOT ID: \['\d+_(\w+)'\]", module_source)
+    return header[1] if header else "unknown"
+
+
+def kernel_body(source: str) -> str:
+    """A Triton kernel from '@triton.jit' on (imports and Inductor's tuning decorator dropped)."""
+    start = source.find("@triton.jit")
+    return source[start:] if start >= 0 else source
+# --8<-- [end:capture]
+
+
+# --8<-- [start:rmsnorm]
+def compile_rmsnorm(hidden_size: int = 4096, rows: int = 8, device: str = "cpu", dtype=torch.bfloat16):
+    """torch.compile HF's Qwen3RMSNorm, run forward + backward once, and return its generated kernels
+    as {'forward': [...], 'backward': [...]}."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    norm = Qwen3RMSNorm(hidden_size).to(device=device, dtype=dtype)
+    x = torch.randn(rows, hidden_size, device=device, dtype=dtype, requires_grad=True)
+    grad = torch.randn(rows, hidden_size, device=device, dtype=dtype)
+    compiled = torch.compile(norm)
+
+    def forward_backward():
+        compiled(x).backward(grad)
+
+    _, modules = capture_output_code(forward_backward)
+    return {graph_kind(module): generated_kernels(module) for module in modules}
+# --8<-- [end:rmsnorm]
+
+
+if __name__ == "__main__":
+    # --8<-- [start:usage]
+    import torch
+
+    from p1_compile_capture import compile_rmsnorm, kernel_body
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # Triton kernels on a GPU, C++ on CPU
+    kernels = compile_rmsnorm(hidden_size=4096, rows=8, device=device)
+    for graph, found in kernels.items():
+        for kernel in found:
+            print(f"{graph:8s} {kernel['name']}  fuses {kernel['source_nodes']}")
+    print(kernel_body(kernels["forward"][0]["source"])[:600])
+    # --8<-- [end:usage]
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w", encoding="utf-8") as file:
+            file.write(kernel_body(kernels["forward"][0]["source"]) + "\n")

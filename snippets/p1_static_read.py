@@ -1,0 +1,112 @@
+"""Static reading of Qwen3: the module tree, module counts, and the source that defines it.
+
+Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_static_read.py tests it.
+
+    python snippets/p1_static_read.py          # real Qwen3-8B geometry on the meta device
+"""
+import collections
+import inspect
+import pathlib
+
+import torch
+import transformers
+from transformers import Qwen3ForCausalLM
+from transformers.models.qwen3 import modeling_qwen3
+
+
+# --8<-- [start:build]
+def build_qwen3(config, device="meta") -> Qwen3ForCausalLM:
+    """A randomly initialised Qwen3ForCausalLM. On "meta" no weight memory is allocated,
+    so even the 8B geometry builds in milliseconds on a laptop."""
+    with torch.device(device):
+        return Qwen3ForCausalLM(config)
+
+
+def module_class_counts(model: torch.nn.Module) -> collections.Counter:
+    """How many modules of each class the model holds, e.g. {'Qwen3RMSNorm': 145, ...}."""
+    return collections.Counter(type(module).__name__ for module in model.modules())
+
+
+def parameter_counts(model: torch.nn.Module) -> dict:
+    """Parameters per leaf-module class: where the weights of the model live."""
+    counts = collections.Counter()
+    for module in model.modules():
+        own = sum(p.numel() for p in module.parameters(recurse=False))
+        if own:
+            counts[type(module).__name__] += own
+    return dict(counts.most_common())
+
+
+def expected_rmsnorm_count(config) -> int:
+    """input_layernorm, post_attention_layernorm, q_norm and k_norm per layer, plus the final norm."""
+    return 4 * config.num_hidden_layers + 1
+# --8<-- [end:build]
+
+
+# --8<-- [start:torchinfo]
+def torchinfo_summary(model: torch.nn.Module, seq_len: int = 16, depth: int = 5):
+    """torchinfo's table with output shapes: it runs one forward, so use a small real model."""
+    import torchinfo  # pip install torchinfo
+
+    input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
+    return torchinfo.summary(
+        model, input_data=input_ids, depth=depth, verbose=0, use_cache=False,
+        col_names=("output_size", "num_params"), row_settings=("var_names",),
+    )
+# --8<-- [end:torchinfo]
+
+
+# --8<-- [start:source]
+def modeling_source() -> dict:
+    """Where this environment's Qwen3 modeling code lives, stamped with the transformers version."""
+    path = pathlib.Path(inspect.getsourcefile(modeling_qwen3))
+    site_packages = pathlib.Path(transformers.__file__).resolve().parents[1]
+    relative = path.resolve().relative_to(site_packages).as_posix()
+    version = transformers.__version__
+    return {
+        "transformers": version,
+        "path": str(path),
+        "relative": relative,
+        "url": f"https://github.com/huggingface/transformers/blob/v{version}/src/{relative}",
+    }
+
+
+def source_of(obj) -> tuple[int, str]:
+    """(first line number, source text) of a class or function, e.g. Qwen3DecoderLayer.forward."""
+    lines, first_line = inspect.getsourcelines(obj)
+    return first_line, "".join(lines)
+# --8<-- [end:source]
+
+
+if __name__ == "__main__":
+    # --8<-- [start:usage]
+    from p1_static_read import build_qwen3, expected_rmsnorm_count, module_class_counts
+    from qwen3_configs import qwen3_config
+
+    config = qwen3_config("8B")                 # 36 layers, hidden 4096, head_dim 128
+    model = build_qwen3(config, device="meta")  # shapes only, no memory
+    print(model)
+    counts = module_class_counts(model)
+    print(counts.most_common(6))
+    print("Qwen3RMSNorm:", counts["Qwen3RMSNorm"], "= 4 x 36 + 1 =", expected_rmsnorm_count(config))
+    # --8<-- [end:usage]
+
+    # --8<-- [start:usage_source]
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    from p1_static_read import modeling_source, source_of
+
+    where = modeling_source()
+    print(f"transformers {where['transformers']}: {where['relative']}")
+    first_line, text = source_of(Qwen3DecoderLayer.forward)
+    print(f"Qwen3DecoderLayer.forward starts at line {first_line}:")
+    print(text)
+    # --8<-- [end:usage_source]
+
+    # --8<-- [start:usage_torchinfo]
+    from p1_static_read import build_qwen3, torchinfo_summary
+    from qwen3_configs import tiny_qwen3_config
+
+    tiny = build_qwen3(tiny_qwen3_config(), device="cpu")  # 2 layers, hidden 64: runs anywhere
+    print(torchinfo_summary(tiny))
+    # --8<-- [end:usage_torchinfo]
