@@ -1,0 +1,405 @@
+"""Experiment "p1_profile" (篇1 §二–§四): read Qwen3 statically, then profile one training step.
+
+    python -m bench.run_all p1_profile            # on a GPU, about 1 minute on an H200
+    python -m bench.run_all p1_profile --quick    # tiny Qwen3 on CPU (smoke test)
+
+Static part (CPU, any machine): module and parameter counts of the full-depth Qwen3-8B
+(built on the meta device), the location and version of modeling_qwen3.py, the source of
+Qwen3DecoderLayer.forward, what torch.fx.symbolic_trace can trace, and the op kinds and
+fusable patterns of the torch.export graph (a 36-layer Qwen3 with tiny widths: op counts
+do not depend on the widths).
+
+Dynamic part: Qwen3-8B layer geometry with 4 decoder layers (not 36: the profile is per
+layer, and the embedding and lm_head are those of 8B), bf16, sdpa, B=1, T=4096. One
+training step = zero_grad(set_to_none) + forward with labels + backward, no optimizer.
+Each decoder layer's forward is wrapped in record_function("decoder_layer.<i>").
+
+* one profiled step after 2 warm-up steps: kernels by time, kernel categories, ATen ops,
+  launch summary (kernel count, kernel time, busy, gaps), and the kernels of
+  decoder_layer.1's forward on the GPU row and its ATen ops on the CPU row;
+* the same step at several sequence lengths: step time (do_bench median) against the
+  GPU's busy time, to show when launch overhead matters.
+
+The Perfetto trace of the main step is written next to the JSON as p1_profile_trace.json.gz.
+"""
+from __future__ import annotations
+
+import pathlib
+
+from bench import _setup  # noqa: F401  (snippets on sys.path)
+from bench import common
+
+NAME = "p1_profile"
+LAYER = "decoder_layer.1"
+GPU_SETUP = {"size": "8B", "layers": 4, "batch": 1, "seq_len": 4096, "sweep": [256, 1024, 4096, 16384]}
+QUICK_SETUP = {"size": "tiny", "layers": 2, "batch": 1, "seq_len": 64, "sweep": [16, 64]}
+
+
+def static_analysis() -> dict:
+    """Everything §二 shows, from this environment's transformers (CPU only, a few seconds)."""
+    import torch
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    from p1_fx_trace import count_patterns, export_decoder_layer, export_model, op_kinds, qwen3_parts, try_symbolic_trace
+    from p1_static_read import (build_qwen3, expected_rmsnorm_count, modeling_source, module_class_counts,
+                                parameter_counts, source_of)
+    from qwen3_configs import qwen3_config, tiny_qwen3_config
+
+    config = qwen3_config("8B")
+    model = build_qwen3(config, device="meta")
+    where = modeling_source()
+    first_line, text = source_of(Qwen3DecoderLayer.forward)
+    static = {
+        "size": "8B",
+        "num_hidden_layers": config.num_hidden_layers,
+        "modules": dict(module_class_counts(model).most_common()),
+        "parameters": parameter_counts(model),
+        "total_parameters": sum(p.numel() for p in model.parameters()),
+        "expected_rmsnorm": expected_rmsnorm_count(config),
+        "repr": repr(model),
+        "modeling_file": {k: where[k] for k in ("transformers", "relative", "url")},
+        "decoder_forward": {"first_line": first_line, "text": text},
+    }
+    del model
+
+    torch.manual_seed(0)
+    tiny = build_qwen3(tiny_qwen3_config(num_hidden_layers=config.num_hidden_layers), device="cpu")
+    fx = []
+    for name, part in qwen3_parts(tiny).items():
+        graph, error = try_symbolic_trace(part)
+        fx.append({"module": name, "ok": graph is not None, "error": error,
+                   "op_kinds": dict(op_kinds(graph).most_common()) if graph is not None else None})
+    layer_graph = export_decoder_layer(tiny)
+    model_graph = export_model(tiny, torch.randint(0, tiny.config.vocab_size, (1, 8)))
+    model_kinds = op_kinds(model_graph)
+    static["graph"] = {
+        "fx": fx,
+        "export_layer_op_kinds": dict(op_kinds(layer_graph).most_common()),
+        "export_model_ops": sum(model_kinds.values()),
+        "export_model_layers": tiny.config.num_hidden_layers,
+        "export_model_patterns": count_patterns(model_graph),
+    }
+    return static
+
+
+def run(args) -> dict:
+    import torch
+
+    from p1_profile_step import (annotate_decoder_layers, category_table, kernel_table, launch_summary, layer_timeline,
+                                 load_trace, memory_bound_runs, profile_training_step, time_ms, top_ops, training_step)
+    from p1_static_read import build_qwen3
+    from qwen3_configs import qwen3_config, tiny_qwen3_config
+
+    quick = getattr(args, "quick", False)
+    on_gpu = torch.cuda.is_available()
+    if not (quick or on_gpu):
+        raise RuntimeError("p1_profile needs a CUDA GPU; use --quick for the CPU smoke test")
+    setup = QUICK_SETUP if quick else GPU_SETUP
+    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+
+    print("  static reading", flush=True)
+    static = static_analysis()
+
+    torch.manual_seed(0)
+    if setup["size"] == "tiny":
+        config = tiny_qwen3_config(num_hidden_layers=setup["layers"])
+    else:
+        config = qwen3_config(setup["size"], num_hidden_layers=setup["layers"])
+    model = build_qwen3(config, device=device).to(dtype)
+    model.train()
+    annotate_decoder_layers(model)
+
+    def batch(seq_len):
+        return torch.randint(0, config.vocab_size, (setup["batch"], seq_len), device=device)
+
+    def timed_step(input_ids):
+        def step():
+            model.zero_grad(set_to_none=True)
+            training_step(model, input_ids)
+        return time_ms(step, warmup_ms=100 if on_gpu else 0, rep_ms=1500 if on_gpu else 200)
+
+    out_dir = getattr(args, "out", None) or common.DATA_DIR / common.gpu_slug(
+        torch.cuda.get_device_name(0) if on_gpu else "cpu")
+    trace_path = pathlib.Path(out_dir) / f"{NAME}_trace.json.gz"
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+
+    print(f"  profiling one step, T={setup['seq_len']}", flush=True)
+    input_ids = batch(setup["seq_len"])
+    profiler = profile_training_step(model, input_ids, trace_path=trace_path)
+    events = load_trace(trace_path)
+    device_timeline = layer_timeline(events, LAYER, row="device")
+    cpu_timeline = layer_timeline(events, LAYER, row="cpu")
+    gpu_window = _window(events, LAYER, "gpu_user_annotation")
+    cpu_window = _window(events, LAYER, "user_annotation")
+    main = {
+        "seq_len": setup["seq_len"],
+        "step": timed_step(input_ids),
+        "launch": launch_summary(events),
+        "kernels": kernel_table(events, n=15),
+        "categories": category_table(events),
+        "top_ops": top_ops(profiler, n=12),
+        "layer": {
+            "name": LAYER,
+            "device": device_timeline,
+            "cpu": cpu_timeline,
+            "device_window_us": gpu_window[1] - gpu_window[0] if gpu_window else None,
+            "cpu_window_us": cpu_window[1] - cpu_window[0],
+            "gpu_lag_us": gpu_window[0] - cpu_window[0] if gpu_window else None,
+            "memory_bound_runs": memory_bound_runs(device_timeline),
+        },
+        "trace_file": trace_path.name,
+        "trace_bytes": trace_path.stat().st_size,
+    }
+    del profiler, events
+
+    sweep = []
+    for seq_len in setup["sweep"]:
+        print(f"  sweep T={seq_len}", flush=True)
+        ids = batch(seq_len)
+        swept = _profiled_launch(model, ids)
+        sweep.append({"seq_len": seq_len, "tokens": setup["batch"] * seq_len, "step": timed_step(ids), "launch": swept})
+        if on_gpu:
+            torch.cuda.empty_cache()
+
+    peak = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None
+    run_config = {
+        **setup,
+        "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_attention_heads, "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": config.head_dim, "vocab_size": config.vocab_size,
+        "dtype": str(dtype).replace("torch.", ""), "attention": config._attn_implementation,
+        "activation_checkpointing": False,
+        "step": "zero_grad(set_to_none=True) + forward with labels + backward; no optimizer",
+        "timer": "triton.testing.do_bench median (warmup 100 ms, rep 1500 ms)" if on_gpu else "perf_counter median",
+        "profiled_layer": LAYER,
+    }
+    return {"config": run_config, "results": {"static": static, "main": main, "sweep": sweep, "peak_memory_gib": peak}}
+
+
+def _window(events, name, category):
+    for e in events:
+        if e.get("cat") == category and e.get("name") == name and e.get("ph") == "X":
+            return e["ts"], e["ts"] + e["dur"]
+    return None
+
+
+def _profiled_launch(model, input_ids) -> dict:
+    import tempfile
+
+    from p1_profile_step import launch_summary, load_trace, profile_training_step
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "trace.json.gz"
+        profile_training_step(model, input_ids, trace_path=path, warmup_steps=1)
+        return launch_summary(load_trace(path))
+
+
+# ---------------------------------------------------------------- rendering
+
+CATEGORY_COLORS = {
+    "GEMM": "#8AB0DB", "attention": "#A98BCB", "elementwise": "#E7C56D", "reduction": "#D98F92",
+    "copy / cast / layout": "#94C18A", "softmax / loss": "#7FC4C0", "Triton (Inductor)": "#C49A6C", "other": "#999999",
+}
+
+
+def _us(value):
+    return common.fmt(value) if value is not None else "—"
+
+
+def _footer(data, extra=""):
+    c = data["config"]
+    what = (f"*Qwen3-{c['size']} layer geometry, {c['layers']} decoder layers, B={c['batch']}, "
+            f"{c['dtype']}, {c['attention']} attention, no activation checkpointing; one step = {c['step']}.{extra}*")
+    return "\n" + what + "\n\n" + common.env_line(data["environment"]) + "\n"
+
+
+def _modules_table(data):
+    s = data["results"]["static"]
+    rows = [[f"`{name}`", f"{count:,}", f"{s['parameters'].get(name, 0):,}"] for name, count in s["modules"].items()]
+    table = common.md_table(["module class", "count", "parameters (own)"], rows)
+    note = (f"\n*Qwen3-{s['size']}, {s['num_hidden_layers']} layers, built on the meta device: "
+            f"{s['total_parameters']:,} parameters; Qwen3RMSNorm count = 4 × {s['num_hidden_layers']} + 1 = "
+            f"{s['expected_rmsnorm']}. transformers {s['modeling_file']['transformers']}.*\n")
+    return table + note
+
+
+def _graph_table(data):
+    g = data["results"]["static"]["graph"]
+    rows = []
+    for entry in g["fx"]:
+        if entry["ok"]:
+            kinds = ", ".join(f"{k}×{v}" for k, v in entry["op_kinds"].items())
+            rows.append([f"`{entry['module']}`", "✅", kinds])
+        else:
+            rows.append([f"`{entry['module']}`", "❌", f"`{entry['error']}`"])
+    table = common.md_table(["module", "symbolic_trace", "op kinds, or why it failed"], rows, align="lcl")
+    return table + "\n" + common.env_line(data["environment"]) + "\n"
+
+
+def _export_table(data):
+    g = data["results"]["static"]["graph"]
+    kinds = g["export_layer_op_kinds"]
+    layer_rows = [[f"`{k}`", v] for k, v in kinds.items()]
+    layers = g["export_model_layers"]
+    expected = {"RMSNorm": f"4 × {layers} + 1 = {4 * layers + 1}", "RoPE rotate_half": f"2 × {layers} = {2 * layers}",
+                "SwiGLU": f"1 × {layers} = {layers}"}
+    pattern_rows = [[name, count, expected.get(name, "")] for name, count in g["export_model_patterns"].items()]
+    return ("**One `Qwen3DecoderLayer`, ATen ops in the `torch.export` graph**\n\n"
+            + common.md_table(["op", "count"], layer_rows)
+            + f"\n**Whole `Qwen3ForCausalLM` ({layers} layers, {g['export_model_ops']} ATen ops): pattern matches**\n\n"
+            + common.md_table(["pattern", "matches", "expected"], pattern_rows)
+            + "\n" + common.env_line(data["environment"]) + "\n")
+
+
+def _kernels_table(data):
+    m = data["results"]["main"]
+    rows = [[f"`{r['kernel']}`", r["category"], r["calls"], _us(r["total_us"]), _us(r["mean_us"]),
+             f"{100 * r['share']:.1f}%"] for r in m["kernels"]]
+    headers = ["kernel (short name)", "category", "calls", "total µs", "mean µs", "share of kernel time"]
+    return common.md_table(headers, rows, align="llrrrr") + _footer(data, f" T={m['seq_len']}.")
+
+
+def _categories_table(data):
+    m = data["results"]["main"]
+    rows = [[r["category"], r["kernels"], _us(r["total_us"]), f"{100 * r['share']:.1f}%",
+             _us(r["total_us"] / r["kernels"])] for r in m["categories"]]
+    headers = ["category", "kernels", "total µs", "share of kernel time", "mean µs per kernel"]
+    return common.md_table(headers, rows) + _footer(data, f" T={m['seq_len']}.")
+
+
+def _ops_table(data):
+    m = data["results"]["main"]
+    on_device = any(r["self_device_us"] for r in m["top_ops"])
+    key = "self_device_us" if on_device else "self_cpu_us"
+    label = "self GPU µs" if on_device else "self CPU µs"
+    rows = [[f"`{r['op']}`", r["calls"], _us(r[key])] for r in m["top_ops"]]
+    return common.md_table(["ATen op", "calls", label], rows) + _footer(data, f" T={m['seq_len']}.")
+
+
+def _launch_table(data):
+    m = data["results"]["main"]
+    launch, step = m["launch"], m["step"]
+    layer = m["layer"]
+    runs = layer["memory_bound_runs"]
+    rows = [
+        ["kernels per training step", f"{launch['kernels']:,}"],
+        ["step time (do_bench median)", f"{common.fmt(step['median_ms'])} ms"],
+        ["sum of kernel time", f"{common.fmt(launch['kernel_time_us'] / 1e3)} ms"],
+        ["GPU busy / step time", f"{100 * launch['busy_us'] / (1e3 * step['median_ms']):.1f}%"],
+        ["median kernel duration", f"{common.fmt(launch['median_kernel_us'])} µs"],
+        [f"kernels shorter than {launch['small_us']:g} µs", f"{launch['small_kernels']:,} "
+         f"({100 * launch['small_kernels'] / launch['kernels']:.0f}% of kernels, "
+         f"{100 * launch['small_kernel_time_share']:.1f}% of kernel time)"],
+        [f"gaps between kernels longer than {launch['gap_us']:g} µs",
+         f"{launch['gaps_over_threshold']:,}, together {common.fmt(launch['gap_time_over_threshold_us'] / 1e3)} ms"],
+        [f"kernels in one decoder layer forward (`{layer['name']}`)", f"{len(layer['device'])}"],
+        ["longest run of consecutive non-GEMM, non-attention kernels in it", f"{max(runs) if runs else 0}"],
+    ]
+    if layer.get("gpu_lag_us") is not None:
+        rows.append(["CPU launches ahead of the GPU by (start of the layer)", f"{common.fmt(layer['gpu_lag_us'] / 1e3)} ms"])
+    return common.md_table(["launch overhead figure", "value"], rows, align="lr") + _footer(data, f" T={m['seq_len']}.")
+
+
+def _sweep_table(data):
+    rows = []
+    for entry in data["results"]["sweep"]:
+        launch, step = entry["launch"], entry["step"]
+        busy = launch["busy_us"] / (1e3 * step["median_ms"])
+        rows.append([entry["tokens"], f"{launch['kernels']:,}", common.fmt(step["median_ms"]),
+                     common.fmt(launch["kernel_time_us"] / 1e3), f"{100 * busy:.0f}%",
+                     common.fmt(launch["median_kernel_us"])])
+    headers = ["tokens per step", "kernels", "step ms (median)", "kernel time ms", "GPU busy", "median kernel µs"]
+    return common.md_table(headers, rows) + _footer(data, " GPU busy = union of kernel intervals / step time.")
+
+
+def _sweep_plot(data):
+    plt = common.plot_style()
+    sweep = data["results"]["sweep"]
+    tokens = [e["tokens"] for e in sweep]
+    step_ms = [e["step"]["median_ms"] for e in sweep]
+    busy_ms = [e["launch"]["busy_us"] / 1e3 for e in sweep]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot(tokens, step_ms, marker="o", color="#8AB0DB", label="step time (do_bench median)")
+    ax.plot(tokens, busy_ms, marker="s", color="#D98F92", label="GPU busy (union of kernels)")
+    for t, s, b in zip(tokens, step_ms, busy_ms):
+        ax.annotate(f"{100 * b / s:.0f}%", (t, b), textcoords="offset points", xytext=(0, -14), ha="center", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(tokens, [str(t) for t in tokens])
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_xlabel("tokens per training step")
+    ax.set_ylabel("time (ms)")
+    ax.legend(loc="upper left")
+    gpu = data["environment"].get("gpu") or "CPU"
+    ax.set_title(f"{gpu}: the gap between the lines is launch overhead", fontsize=9)
+    return common.svg_of(fig)
+
+
+def _timeline_plot(data):
+    plt = common.plot_style()
+    layer = data["results"]["main"]["layer"]
+    has_gpu = bool(data["environment"].get("gpu"))
+    rows = [("GPU stream: kernels", layer["device"])] if has_gpu else []
+    rows.append(("CPU thread: ATen ops (launches)", layer["cpu"]))
+    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.6 + 1.3 * len(rows)), squeeze=False)
+    used = set()
+    for ax, (title, items) in zip(axes[:, 0], rows):
+        for item in items:
+            color = CATEGORY_COLORS.get(item["category"], "#999999")
+            ax.broken_barh([(item["start_us"], max(item["dur_us"], 0.5))], (0, 1), facecolors=color,
+                           edgecolors="#555555", linewidth=0.3)
+            used.add(item["category"])
+        ax.set_yticks([])
+        ax.set_ylim(0, 1)
+        ax.set_xlim(0, max((i["start_us"] + i["dur_us"] for i in items), default=1) * 1.01)
+        ax.set_title(f"{title}: {len(items)}", fontsize=9, loc="left")
+        ax.grid(axis="y", visible=False)
+    axes[-1, 0].set_xlabel(f"µs since the start of {layer['name']} forward (each row from its own start)")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLORS[c], edgecolor="#555555", linewidth=0.3)
+               for c in CATEGORY_COLORS if c in used]
+    fig.legend(handles, [c for c in CATEGORY_COLORS if c in used], loc="lower center", ncol=min(6, len(handles)),
+               bbox_to_anchor=(0.5, -0.08), fontsize=8)
+    fig.tight_layout()
+    return common.svg_of(fig)
+
+
+def _layer_kernels_table(data):
+    """Kernels of one layer forward grouped by name: the repeated patterns behind §四."""
+    import collections
+
+    layer = data["results"]["main"]["layer"]
+    counts, time_us, category = collections.Counter(), collections.Counter(), {}
+    for item in layer["device"]:
+        counts[item["kernel"]] += 1
+        time_us[item["kernel"]] += item["dur_us"]
+        category[item["kernel"]] = item["category"]
+    total = sum(time_us.values()) or 1.0
+    rows = [[f"`{name}`", category[name], n, _us(time_us[name]), f"{100 * time_us[name] / total:.1f}%"]
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], -time_us[kv[0]]))]
+    headers = ["kernel (short name)", "category", f"launches in {layer['name']} forward", "total µs", "share"]
+    return common.md_table(headers, rows, align="llrrr") + _footer(data, "")
+
+
+def render(data: dict) -> dict[str, str]:
+    static = data["results"]["static"]
+    forward = static["decoder_forward"]
+    header = (f"# transformers {static['modeling_file']['transformers']}: {static['modeling_file']['relative']}, "
+              f"line {forward['first_line']}\n")
+    import textwrap
+
+    return {
+        "p1_static_modules.md": _modules_table(data),
+        "p1_model_repr.txt": static["repr"] + "\n",
+        "p1_decoder_layer_forward.txt": header + textwrap.dedent(forward["text"]),
+        "p1_fx_trace.md": _graph_table(data),
+        "p1_export_ops.md": _export_table(data),
+        "p1_profile_kernels.md": _kernels_table(data),
+        "p1_profile_categories.md": _categories_table(data),
+        "p1_profile_ops.md": _ops_table(data),
+        "p1_profile_launch.md": _launch_table(data),
+        "p1_profile_layer_kernels.md": _layer_kernels_table(data),
+        "p1_profile_layer_timeline.svg": _timeline_plot(data),
+        "p1_profile_sweep.md": _sweep_table(data),
+        "p1_profile_sweep.svg": _sweep_plot(data),
+    }
