@@ -3,10 +3,10 @@
 docs/how-we-test.md shows this file in parts; tests/test_proof_demo.py tests it.
 Run it alone with ``python snippets/proof_demo.py``.
 """
+# --8<-- [start:reference]
 import torch
 
 
-# --8<-- [start:reference]
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Qwen3RMSNorm in Hugging Face's cast order, normalised in float64.
 

@@ -1,0 +1,134 @@
+"""Read the docs the way MkDocs does: shared by the docs tests.
+
+* :func:`snippets_config` takes the ``pymdownx.snippets`` settings from mkdocs.yml
+  through MkDocs' own config loader (which understands the ``!!python/name:`` tags),
+  so the tests expand pages with exactly the configuration of the site build.
+* :func:`expand` runs the pymdownx.snippets preprocessor on one page.
+* :func:`fences` finds fenced code blocks the way pytest-codeblocks does
+  (backtick fences, nesting by fence length), keeping the full info string.
+* :func:`normalise_python_fences` rewrites ```` ```python title="x" ```` to
+  ```` ```python ```` because pytest-codeblocks only collects the exact info string.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MKDOCS_YML = ROOT / "mkdocs.yml"
+
+# Info strings that mean python to a reader. Only the exact word `python` is allowed
+# (pytest-codeblocks collects nothing else); the others are reported as errors.
+PYTHON_ALIASES = {"python", "py", "py3", "python3", "pycon", "ipython", "pyi"}
+FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,})[ \t]*(?P<info>[^`\n]*)$")
+INCLUDE_LINE = re.compile(r"""^\s*-{1,}8<-{1,}(\s+("[^"\n]+"|'[^'\n]+'))?\s*$""")
+INCLUDE_TARGET = re.compile(r"""-{1,}8<-{1,}\s+["']([^"'\n]+)["']""")
+
+
+@functools.lru_cache(maxsize=1)
+def mkdocs_config():
+    """The validated MkDocs config of the site (same loader as ``mkdocs build``)."""
+    from mkdocs.config import load_config
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # mkdocs resolves relative paths (and pymdownx its base_path) from the cwd
+    try:
+        return load_config(str(MKDOCS_YML))
+    finally:
+        os.chdir(cwd)
+
+
+def snippets_config() -> dict:
+    """The ``pymdownx.snippets`` options as MkDocs hands them to Markdown, paths made absolute."""
+    config = dict(mkdocs_config()["mdx_configs"].get("pymdownx.snippets", {}))
+    base = config.get("base_path", ["."])
+    base = [base] if isinstance(base, (str, os.PathLike)) else list(base)
+    config["base_path"] = [str((ROOT / b).resolve()) for b in base]
+    return config
+
+
+def doc_pages() -> list[pathlib.Path]:
+    """Every markdown file under docs/ that MkDocs turns into a page (exclude_docs honoured)."""
+    exclude = mkdocs_config()["exclude_docs"]
+    pages = []
+    for path in sorted(DOCS.rglob("*.md")):
+        rel = path.relative_to(DOCS).as_posix()
+        if exclude is not None and exclude.match_file(rel):
+            continue
+        pages.append(path)
+    return pages
+
+
+def expand(text: str) -> str:
+    """Expand every ``--8<--`` include like the site build does (raises on a missing file/section)."""
+    import markdown
+
+    md = markdown.Markdown(extensions=["pymdownx.snippets"],
+                           extension_configs={"pymdownx.snippets": snippets_config()})
+    return "\n".join(md.preprocessors["snippet"].run(text.split("\n")))
+
+
+@dataclasses.dataclass
+class Fence:
+    lineno: int          # 1-based line of the opening fence
+    indent: str
+    ticks: str
+    info: str            # full info string, e.g. 'python title="snippets/x.py"'
+    body: list[str]      # lines between the fences
+
+    @property
+    def language(self) -> str:
+        info = self.info.strip()
+        if info.startswith("{"):  # {.python title="x"}
+            match = re.match(r"\{\s*\.?([\w+-]+)", info)
+            return match.group(1).lower() if match else ""
+        return info.split()[0].lower() if info else ""
+
+    @property
+    def title(self) -> str | None:
+        match = re.search(r"""title=(["'])(.*?)\1""", self.info)
+        return match.group(2) if match else None
+
+    @property
+    def includes(self) -> list[str]:
+        return [m.group(1) for line in self.body for m in [INCLUDE_TARGET.search(line)] if m]
+
+
+def fences(text: str) -> list[Fence]:
+    """Top-level fenced blocks in order (a fence closes on a line starting with as many backticks)."""
+    out: list[Fence] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        match = FENCE_OPEN.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        ticks = match.group("ticks")
+        body = []
+        j = i + 1
+        while j < len(lines) and not lines[j].lstrip().startswith(ticks):
+            body.append(lines[j])
+            j += 1
+        out.append(Fence(i + 1, match.group("indent"), ticks, match.group("info").strip(), body))
+        i = j + 1
+    return out
+
+
+def normalise_python_fences(text: str) -> tuple[str, dict[int, Fence]]:
+    """Make every top-level ```` ```python <attrs> ```` fence exactly ```` ```python ````.
+
+    Returns the new text and {line of the fence: Fence} for the python fences,
+    so a test can name a block by its caption.
+    """
+    lines = text.split("\n")
+    found = {}
+    for fence in fences(text):
+        if fence.language == "python":
+            lines[fence.lineno - 1] = f"{fence.indent}{fence.ticks}python"
+            found[fence.lineno] = fence
+    return "\n".join(lines), found

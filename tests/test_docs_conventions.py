@@ -1,0 +1,164 @@
+"""House rules of the docs that a build alone would not catch.
+
+* No inline example code: a ``python`` block in a page holds only ``--8<--`` includes
+  of files under snippets/ (a single line is the one exception). Python under another
+  info string (``py``, ``python3``, ``pycon``, a ``~~~`` fence) is refused, because the
+  docs code-block test would never run it.
+* Mermaid diagrams use the one HF pastel palette and only the classes it defines.
+* The palette is the same in docs/assets/stylesheets/palette.css,
+  docs/assets/mermaid/hf-pastel.mmd and bench/common.py.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import docs_tools
+
+PAGES = [p.relative_to(docs_tools.ROOT).as_posix() for p in docs_tools.doc_pages()]
+PALETTE_MMD = docs_tools.DOCS / "assets" / "mermaid" / "hf-pastel.mmd"
+PALETTE_CSS = docs_tools.DOCS / "assets" / "stylesheets" / "palette.css"
+TILDE_PYTHON = re.compile(r"^\s*~{3,}\s*\{?\s*\.?(python|py|py3|python3|pycon|ipython)\b", re.IGNORECASE)
+HEX = re.compile(r"#[0-9A-Fa-f]{3,8}\b")
+
+HOW_TO_FIX = (
+    "Inline example code is forbidden: put it in snippets/<file>.py between "
+    "'# --8<-- [start:name]' and '# --8<-- [end:name]', test it under tests/, and include it with\n"
+    '    ```python title="snippets/<file>.py"\n    --8<-- "snippets/<file>.py:name"\n    ```'
+)
+
+
+def inline_code_problems(text: str, page: str) -> list[str]:
+    """Every way the markdown ``text`` breaks the no-inline-python rule."""
+    problems = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if TILDE_PYTHON.match(line):
+            problems.append(f"{page}:{lineno}: python in a ~~~ fence is never executed; use ```python")
+    for fence in docs_tools.fences(text):
+        where = f"{page}:{fence.lineno}"
+        if fence.language in docs_tools.PYTHON_ALIASES - {"python"}:
+            problems.append(f"{where}: info string '{fence.info}' is not collected by the docs test; "
+                            "write ```python (add title=\"...\" for a caption)")
+            continue
+        if fence.language != "python":
+            continue
+        inline, in_block_include = [], False
+        for line in fence.body:
+            stripped = line.strip()
+            if re.fullmatch(r"-{1,}8<-{1,}", stripped):  # block form: --8<-- / paths / --8<--
+                in_block_include = not in_block_include
+            elif stripped and not in_block_include and not docs_tools.INCLUDE_LINE.match(line):
+                inline.append(stripped)
+        if len(inline) >= 2 or (inline and fence.includes):
+            problems.append(f"{where}: python block has {len(inline)} inline line(s), "
+                            f"first: {inline[0]!r}.\n{HOW_TO_FIX}")
+        for target in fence.includes:
+            if not target.startswith("snippets/"):
+                problems.append(f"{where}: python block includes '{target}'; code shown to readers "
+                                "must come from a tested file under snippets/")
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_inline_python(page):
+    text = (docs_tools.ROOT / page).read_text(encoding="utf-8")
+    problems = inline_code_problems(text, page)
+    assert not problems, "\n".join(problems)
+
+
+def test_inline_rule_catches_every_form():
+    page = "\n".join([
+        '```python title="snippets/a.py"', '--8<-- "snippets/a.py:part"', "```",   # ok
+        "```python", "x = 1", "```",                                             # ok: one line
+        "```python", "import torch", "x = torch.ones(3)", "```",                 # inline
+        "```py", '--8<-- "snippets/a.py"', "```",                                # alias
+        "~~~python", "print(1)", "~~~",                                          # tilde
+        "```python", '--8<-- "bench/run.py"', "```",                             # not snippets/
+        "````markdown", "```python", "a = 1", "b = 2", "```", "````",            # shown, not run: ok
+    ])
+    problems = inline_code_problems(page, "t.md")
+    assert [p.split(":")[1] for p in problems] == ["14", "7", "11", "17"], problems
+
+
+# ------------------------------------------------------------------ mermaid palette
+
+def palette_classes() -> dict[str, tuple[str, str]]:
+    """classDef name -> (fill, stroke) from the one palette file."""
+    classes = {}
+    for line in PALETTE_MMD.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\s*classDef\s+(\w+)\s+fill:(#\w+),stroke:(#\w+),color:(#\w+)\s*$", line)
+        if match:
+            classes[match.group(1)] = (match.group(2).upper(), match.group(3).upper())
+    return classes
+
+
+def allowed_colours() -> set[str]:
+    colours = {c for pair in palette_classes().values() for c in pair}
+    return colours | {"#333", "#333333", "#FFF", "#FFFFFF"}
+
+
+def mermaid_blocks(page: str) -> list[docs_tools.Fence]:
+    try:
+        expanded = docs_tools.expand((docs_tools.ROOT / page).read_text(encoding="utf-8"))
+    except Exception as error:
+        pytest.skip(f"{page} does not expand ({error}); test_docs_codeblocks.py::test_page_expands fails for it")
+    return [f for f in docs_tools.fences(expanded) if f.language == "mermaid"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_mermaid_uses_the_palette(page):
+    allowed = allowed_colours()
+    problems = []
+    for fence in mermaid_blocks(page):
+        body = "\n".join(fence.body)
+        defined = set(re.findall(r"^\s*classDef\s+([\w,]+)", body, re.MULTILINE))
+        defined = {name for names in defined for name in names.split(",")}
+        used = set(re.findall(r":::(\w+)", body))
+        used |= set(re.findall(r"^\s*class\s+[\w,]+\s+(\w+)", body, re.MULTILINE))
+        for name in sorted(used - defined):
+            problems.append(f"diagram near expanded line {fence.lineno}: class '{name}' is not defined "
+                            f"(include docs/assets/mermaid/hf-pastel.mmd; classes: {sorted(palette_classes())})")
+        for line in body.split("\n"):
+            if re.match(r"\s*(classDef|style|linkStyle)\b", line):
+                for colour in HEX.findall(line):
+                    if colour.upper() not in allowed:
+                        problems.append(f"colour {colour} is not in the HF pastel palette: {line.strip()}")
+    assert not problems, f"{page}:\n  " + "\n  ".join(problems)
+
+
+def test_palette_is_defined_once_and_agrees_everywhere():
+    from bench import common
+
+    classes = palette_classes()
+    assert set(classes) == {"decision", "library", "triton", "warn", "data", "plain"}
+    css = PALETTE_CSS.read_text(encoding="utf-8").upper()
+    css_vars = dict(re.findall(r"--HF-([A-Z]+(?:-LINE)?):\s*(#[0-9A-F]{6})", css))
+    by_colour = {"decision": "YELLOW", "library": "GREEN", "triton": "BLUE", "warn": "PINK",
+                 "data": "PURPLE", "plain": "GRAY"}
+    for name, (fill, stroke) in classes.items():
+        colour = by_colour[name]
+        assert css_vars[colour] == fill and css_vars[f"{colour}-LINE"] == stroke, name
+        if colour.lower() in common.PASTEL_FILL:
+            assert common.PASTEL_FILL[colour.lower()].upper() == fill, f"bench/common.py {colour}"
+            assert common.PASTEL_LINE[colour.lower()].upper() == stroke, f"bench/common.py {colour}"
+
+
+# ------------------------------------------------------------------ the mkdocs hook
+
+def test_hook_escapes_mermaid_source_once():
+    from hooks.mermaid_source import escape_mermaid_sources
+
+    page = '<p>a<br/>b</p><pre class="mermaid"><code>A["x<br/>y"] --> B & C</code></pre>'
+    out = escape_mermaid_sources(page)
+    assert out == '<p>a<br/>b</p><pre class="mermaid"><code>A["x&lt;br/&gt;y"] --&gt; B &amp; C</code></pre>'
+    assert escape_mermaid_sources(out) == out  # idempotent
+
+
+def test_collector_normalises_captions_only_outside_other_fences():
+    text = "\n".join(['```python title="snippets/x.py" linenums="1"', "a = 1", "```",
+                      "````markdown", '```python title="shown"', "b = 2", "```", "````"])
+    normalised, found = docs_tools.normalise_python_fences(text)
+    assert normalised.split("\n")[0] == "```python"
+    assert normalised.split("\n")[4] == '```python title="shown"'
+    assert list(found) == [1] and found[1].title == "snippets/x.py"
