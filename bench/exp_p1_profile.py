@@ -85,8 +85,9 @@ def static_analysis() -> dict:
 def run(args) -> dict:
     import torch
 
-    from p1_profile_step import (annotate_decoder_layers, category_table, kernel_table, launch_summary, layer_timeline,
-                                 load_trace, memory_bound_runs, profile_training_step, time_ms, top_ops, training_step)
+    from p1_profile_step import (annotate_decoder_layers, annotation, category_table, kernel_table, launch_summary,
+                                 layer_timeline, load_trace, memory_bound_runs, profile_training_step, time_ms, top_ops,
+                                 training_step)
     from p1_static_read import build_qwen3
     from qwen3_configs import qwen3_config, tiny_qwen3_config
 
@@ -129,8 +130,8 @@ def run(args) -> dict:
     events = load_trace(trace_path)
     device_timeline = layer_timeline(events, LAYER, row="device")
     cpu_timeline = layer_timeline(events, LAYER, row="cpu")
-    gpu_window = _window(events, LAYER, "gpu_user_annotation")
-    cpu_window = _window(events, LAYER, "user_annotation")
+    gpu_range = annotation(events, LAYER, "gpu_user_annotation")
+    cpu_range = annotation(events, LAYER)
     main = {
         "seq_len": setup["seq_len"],
         "step": timed_step(input_ids),
@@ -142,9 +143,9 @@ def run(args) -> dict:
             "name": LAYER,
             "device": device_timeline,
             "cpu": cpu_timeline,
-            "device_window_us": gpu_window[1] - gpu_window[0] if gpu_window else None,
-            "cpu_window_us": cpu_window[1] - cpu_window[0],
-            "gpu_lag_us": gpu_window[0] - cpu_window[0] if gpu_window else None,
+            "device_window_us": gpu_range["dur"] if gpu_range else None,
+            "cpu_window_us": cpu_range["dur"],
+            "gpu_lag_us": gpu_range["ts"] - cpu_range["ts"] if gpu_range else None,
             "memory_bound_runs": memory_bound_runs(device_timeline),
         },
         "trace_file": trace_path.name,
@@ -174,13 +175,6 @@ def run(args) -> dict:
         "profiled_layer": LAYER,
     }
     return {"config": run_config, "results": {"static": static, "main": main, "sweep": sweep, "peak_memory_gib": peak}}
-
-
-def _window(events, name, category):
-    for e in events:
-        if e.get("cat") == category and e.get("name") == name and e.get("ph") == "X":
-            return e["ts"], e["ts"] + e["dur"]
-    return None
 
 
 def _profiled_launch(model, input_ids) -> dict:

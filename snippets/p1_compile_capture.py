@@ -16,13 +16,14 @@ import torch
 def capture_output_code(fn, *args):
     """Run ``fn(*args)`` and return (result, [generated modules]): the text TORCH_LOGS=output_code logs.
 
-    The FX graph cache is off so that a warm cache cannot skip code generation.
+    The compile caches are off so that a warm cache cannot skip code generation.
     ``run_and_get_code`` also resets dynamo, so everything compiled inside fn is fresh.
     """
-    from torch._inductor import config
+    from torch._functorch import config as aot_config
+    from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
-    with config.patch(fx_graph_cache=False):
+    with inductor_config.patch(fx_graph_cache=False), aot_config.patch(enable_autograd_cache=False):
         return run_and_get_code(fn, *args)
 
 

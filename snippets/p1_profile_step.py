@@ -213,34 +213,41 @@ def category_table(events: list) -> list:
 
 
 # --8<-- [start:timeline]
-def annotation_window(events: list, name: str, row: str = "device") -> tuple:
-    """(start, end) of a record_function range on the GPU row ("device") or the CPU row ("cpu").
-    Without a GPU the device row falls back to the CPU range."""
-    categories = ("gpu_user_annotation", "user_annotation") if row == "device" else ("user_annotation",)
-    for category in categories:
-        for e in events:
-            if e.get("cat") == category and e.get("name") == name and e.get("ph") == "X":
-                return e["ts"], e["ts"] + e["dur"]
-    raise ValueError(f"no record_function range named {name!r} in the trace")
+def annotation(events: list, name: str, category: str = "user_annotation"):
+    """The record_function range called ``name``: "user_annotation" is its CPU range,
+    "gpu_user_annotation" the matching range on the GPU row (None if absent)."""
+    for e in events:
+        if e.get("cat") == category and e.get("name") == name and e.get("ph") == "X":
+            return e
+    if category == "user_annotation":
+        raise ValueError(f"no record_function range named {name!r} in the trace")
+    return None
 
 
 def layer_timeline(events: list, name: str = "decoder_layer.1", row: str = "device") -> list:
-    """What ran inside one annotated range, with start times relative to the range:
-    kernels on the GPU row, the outermost ATen ops (the launches) on the CPU row."""
+    """What one annotated range ran, with start times relative to the range.
+
+    row="cpu": the outermost ATen ops on the range's thread (the launches).
+    row="device": the kernels those launches started, matched by correlation id
+    (without a GPU, the CPU ops stand in for kernels).
+    """
     if row not in ("device", "cpu"):
         raise ValueError(f"row must be 'device' or 'cpu', got {row!r}")
-    start, end = annotation_window(events, name, row)
-    if row == "device":
-        candidates = device_events(events)
+    cpu = annotation(events, name)
+    start, end = cpu["ts"], cpu["ts"] + cpu["dur"]
+    launched = {e["args"]["correlation"] for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and start <= e["ts"] < end
+                and "correlation" in e.get("args", {})}
+    if row == "device" and launched:
+        picked = [k for k in device_events(events) if k.get("args", {}).get("correlation") in launched]
+        gpu = annotation(events, name, "gpu_user_annotation")
+        origin = gpu["ts"] if gpu else min((k["ts"] for k in picked), default=0)
     else:
-        candidates = outermost(e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
-                               and start <= e["ts"] < end)
-    rows = []
-    for e in candidates:
-        if start <= e["ts"] < end:
-            rows.append({"start_us": e["ts"] - start, "dur_us": e["dur"], "kernel": short_kernel_name(e["name"]),
-                         "category": kernel_category(e["name"])})
-    return rows
+        picked = outermost(e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+                           and e["tid"] == cpu["tid"] and start <= e["ts"] < end)
+        origin = start
+    return [{"start_us": e["ts"] - origin, "dur_us": e["dur"], "kernel": short_kernel_name(e["name"]),
+             "category": kernel_category(e["name"])} for e in sorted(picked, key=lambda e: e["ts"])]
 
 
 def memory_bound_runs(timeline: list) -> list:

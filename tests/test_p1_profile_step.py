@@ -151,3 +151,31 @@ def test_training_step_and_timer():
     assert abs(loss.item() - torch.log(torch.tensor(float(model.config.vocab_size))).item()) < 1.0
     stats = time_ms(lambda: training_step(model, input_ids), warmup_ms=0, rep_ms=1)
     assert stats["n"] >= 3 and 0 < stats["min_ms"] <= stats["median_ms"]
+
+
+def test_layer_timeline_on_a_gpu_trace_follows_correlation_ids():
+    """The GPU row holds the kernels the layer's CPU range launched, even when the GPU runs them later."""
+    cpu_range = {"ph": "X", "cat": "user_annotation", "name": "decoder_layer.1", "ts": 100, "dur": 50, "pid": 1, "tid": 1}
+    gpu_range = {"ph": "X", "cat": "gpu_user_annotation", "name": "decoder_layer.1", "ts": 900, "dur": 60,
+                 "pid": 0, "tid": 7}
+
+    def launch(ts, correlation):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 3, "pid": 1, "tid": 1,
+                "args": {"correlation": correlation}}
+
+    def gpu_kernel(name, ts, dur, correlation):
+        return {**kernel(name, ts, dur), "args": {"correlation": correlation}}
+
+    events = [cpu_range, gpu_range,
+              launch(90, 1), launch(110, 2), launch(120, 3), launch(160, 4),
+              gpu_kernel(GEMM, 880, 30, 1),  # launched before the range: not the layer's
+              gpu_kernel(POW, 910, 5, 2), gpu_kernel(MEAN, 915, 5, 3),
+              gpu_kernel(MUL, 930, 5, 4),  # inside the GPU range but launched after the CPU range
+              {"ph": "X", "cat": "cpu_op", "name": "aten::pow", "ts": 105, "dur": 8, "pid": 1, "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mean", "ts": 118, "dur": 8, "pid": 1, "tid": 1}]
+    timeline = layer_timeline(events, "decoder_layer.1")
+    assert [(row["start_us"], row["kernel"]) for row in timeline] == [
+        (10, "vectorized_elementwise_kernel[pow_tensor_scalar]"), (15, "reduce_kernel[Mean]")]
+    assert [row["kernel"] for row in layer_timeline(events, "decoder_layer.1", row="cpu")] == ["pow", "mean"]
+    without_gpu_range = [e for e in events if e is not gpu_range]
+    assert [row["start_us"] for row in layer_timeline(without_gpu_range, "decoder_layer.1")] == [0, 5]
