@@ -6,13 +6,14 @@ captured as strings, split into kernels, and saved. On a GPU the kernels are Tri
 
     python snippets/p1_compile_capture.py [out.txt]
 """
-import re
 import sys
+
+# --8<-- [start:capture]
+import re
 
 import torch
 
 
-# --8<-- [start:capture]
 def capture_output_code(fn, *args):
     """Run ``fn(*args)`` and return (result, [generated modules]): the text TORCH_LOGS=output_code logs.
 

@@ -4,7 +4,7 @@ Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_fx_trac
 
     python snippets/p1_fx_trace.py
 """
-import collections
+# --8<-- [start:symbolic_trace]
 import linecache
 import pathlib
 
@@ -12,7 +12,6 @@ import torch
 import torch.fx
 
 
-# --8<-- [start:symbolic_trace]
 def try_symbolic_trace(module: torch.nn.Module):
     """(GraphModule, None) if torch.fx.symbolic_trace succeeds, else (None, why it failed)."""
     try:
@@ -51,6 +50,12 @@ def qwen3_parts(model) -> dict:
 
 
 # --8<-- [start:op_kinds]
+import collections
+
+import torch
+import torch.fx
+
+
 def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str | None:
     """A short, comparable name for a graph node: 'pow', 'rsqrt', 'linear', 'Linear', ...
 

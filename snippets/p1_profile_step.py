@@ -5,17 +5,10 @@ The analysis reads the same Chrome-trace JSON that Perfetto (ui.perfetto.dev) op
 
     python snippets/p1_profile_step.py             # tiny Qwen3 on CPU, or 8B geometry (4 layers) on a GPU
 """
-import collections
-import gzip
-import json
-import re
-import statistics
-import time
-
+# --8<-- [start:step]
 import torch
 
 
-# --8<-- [start:step]
 def training_step(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Forward, next-token loss, backward (no optimizer), as in a real training step."""
     loss = model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
@@ -62,6 +55,11 @@ def profile_training_step(model, input_ids, trace_path=None, warmup_steps=2):
 # --8<-- [end:step]
 
 
+import gzip  # noqa: E402  (helpers the article does not show)
+import json  # noqa: E402
+import time  # noqa: E402
+
+
 def load_trace(path) -> list:
     """The traceEvents list of a Chrome trace (.json or .json.gz), as Perfetto reads it."""
     opener = gzip.open if str(path).endswith(".gz") else open
@@ -83,6 +81,10 @@ def top_ops(profiler, n: int = 10) -> list:
 
 
 # --8<-- [start:kernels]
+import collections
+import re
+import statistics
+
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 

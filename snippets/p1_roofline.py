@@ -7,10 +7,10 @@ per-row scalars (mean, rstd) and the weight vectors are ignored (< 0.1 % of the 
 
     python snippets/p1_roofline.py
 """
-BF16, FP32 = 2, 4
-
-
 # --8<-- [start:counts]
+BF16, FP32 = 2, 4  # bytes per element
+
+
 def stage_totals(stages, elements: float) -> dict:
     """Sum (read bytes, written bytes, FLOPs) per element over the kernels of an op chain."""
     return {

@@ -4,17 +4,13 @@ Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_static_
 
     python snippets/p1_static_read.py          # real Qwen3-8B geometry on the meta device
 """
+# --8<-- [start:build]
 import collections
-import inspect
-import pathlib
 
 import torch
-import transformers
 from transformers import Qwen3ForCausalLM
-from transformers.models.qwen3 import modeling_qwen3
 
 
-# --8<-- [start:build]
 def build_qwen3(config, device="meta") -> Qwen3ForCausalLM:
     """A randomly initialised Qwen3ForCausalLM. On "meta" no weight memory is allocated,
     so even the 8B geometry builds in milliseconds on a laptop."""
@@ -57,6 +53,13 @@ def torchinfo_summary(model: torch.nn.Module, seq_len: int = 16, depth: int = 5)
 
 
 # --8<-- [start:source]
+import inspect
+import pathlib
+
+import transformers
+from transformers.models.qwen3 import modeling_qwen3
+
+
 def modeling_source() -> dict:
     """Where this environment's Qwen3 modeling code lives, stamped with the transformers version."""
     path = pathlib.Path(inspect.getsourcefile(modeling_qwen3))
