@@ -95,7 +95,8 @@ def built_site(tmp_path_factory) -> pathlib.Path:
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     if result.returncode != 0:
-        pytest.fail(f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}", pytrace=False)
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        pytest.fail(f"mkdocs build --strict failed (last lines):\n{tail}", pytrace=False)
     return site
 
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The whole test suite (README's second command). Creates .venv, installs the pinned
+# test dependencies, then runs, failing on the first failure:
+#   1. python -m bench.render --check    committed tables/plots match docs/data
+#   2. mkdocs build --strict              the site, into site/
+#   3. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
+#      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
+#      browser check (headless Debian chromium; screenshots in artifacts/screenshots/)
+#
+#   ./scripts/test.sh            CPU: kernels run under the Triton interpreter
+#   ./scripts/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
+#                                kernel tests at real sizes; no browser check
+# Extra arguments after the mode go to pytest, e.g. ./scripts/test.sh -- -k rmsnorm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODE=cpu
+if [[ "${1:-}" == "--gpu" ]]; then MODE=gpu; shift; fi
+if [[ "${1:-}" == "--" ]]; then shift; fi
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+PY="$VENV/bin/python"
+export NO_MKDOCS_2_WARNING=1 PYTHONDONTWRITEBYTECODE=1
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "environment ($MODE): $VENV"
+if [[ $MODE == gpu ]]; then
+  # torch/triton come from the machine (CUDA builds); everything else from the pins.
+  [[ -x "$PY" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"
+  "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device: the GPU suite must run on a GPU")'
+  grep -vE '^(torch|triton)==|^-r ' requirements-test.txt > "$VENV/requirements-gpu.txt"
+  "$PY" -m pip install --quiet -r requirements-docs.txt -r "$VENV/requirements-gpu.txt"
+  PYTEST_SELECT=(-m "not browser")
+else
+  [[ -x "$PY" ]] || "$PYTHON" -m venv "$VENV"
+  "$PY" -m pip install --quiet -r requirements-test.txt
+  PYTEST_SELECT=()
+fi
+"$PY" -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, cuda: {torch.cuda.is_available()}")'
+
+step "measured data: python -m bench.render --check"
+"$PY" -m bench.render --check
+
+step "site: mkdocs build --strict"
+"$PY" -m mkdocs build --strict --quiet
+
+step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
+set +e
+"$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report=term-missing:skip-covered \
+  "${PYTEST_SELECT[@]}" "$@"
+status=$?
+set -e
+if [[ $status -eq 5 ]]; then
+  echo "pytest collected no tests (exit 5): the suite itself is broken" >&2
+  exit 1
+fi
+exit $status

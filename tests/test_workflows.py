@@ -1,0 +1,100 @@
+"""The GitHub workflows: lint-clean, pinned, least-privilege, and a publish gate that holds.
+
+actionlint and zizmor (offline, default persona) must report nothing. The structure
+tests check the property that matters most: Pages is deployed only by a job that
+needs BOTH the CPU suite + strict build (ci.yml) and the GPU suite (gpu.yml).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / ".github" / "workflows"
+BIN = pathlib.Path(sys.executable).parent
+SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def load(name: str) -> dict:
+    text = (WORKFLOWS / name).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} not installed (pip install -r requirements-test.txt)", pytrace=False)
+    return found
+
+
+def test_actionlint_reports_nothing():
+    result = subprocess.run([tool("actionlint"), "-no-color"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, f"actionlint findings:\n{result.stdout}{result.stderr}"
+
+
+def test_zizmor_reports_nothing():
+    result = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", "--color=never", ".github/workflows"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert result.returncode == 0, f"zizmor findings:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml", "publish.yml"])
+def test_least_privilege_and_pinned_actions(name):
+    workflow = load(name)
+    assert workflow.get("permissions") == {}, f"{name}: top-level permissions must be {{}}"
+    for job_id, job in workflow["jobs"].items():
+        assert "permissions" in job, f"{name}:{job_id} must declare its own permissions"
+        granted = {k for k, v in job["permissions"].items() if v == "write"}
+        if job_id != "deploy":
+            assert not granted, f"{name}:{job_id} needs no write permission, has {granted}"
+        for step in job.get("steps", []):
+            uses = step.get("uses")
+            if uses:
+                assert SHA_PIN.match(uses), f"{name}:{job_id}: '{uses}' is not pinned to a full commit SHA"
+            if uses and uses.startswith("actions/checkout@"):
+                assert step.get("with", {}).get("persist-credentials") is False, f"{name}:{job_id}"
+
+
+def test_deploy_needs_cpu_gpu_and_strict_build():
+    publish = load("publish.yml")
+    jobs = publish["jobs"]
+    assert publish["on"].keys() <= {"push", "workflow_dispatch"}
+    deploy_jobs = [j for j, job in jobs.items()
+                   if any("deploy-pages" in str(s.get("uses", "")) for s in job.get("steps", []))]
+    assert deploy_jobs == ["deploy"]
+    deploy = jobs["deploy"]
+    needs = set(deploy["needs"])
+    callers = {j: jobs[j]["uses"] for j in needs}
+    assert sorted(callers.values()) == ["$/.github/workflows/ci.yml", "$/.github/workflows/gpu.yml"], callers
+    assert "if" not in deploy, "an `if:` on deploy could let it run after a failed suite (e.g. always())"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+
+    ci = load("ci.yml")
+    assert "workflow_call" in ci["on"] and {"push", "pull_request"} <= set(ci["on"])
+    build_steps = ci["jobs"]["strict-build"]["steps"]
+    commands = [s.get("run", "") for s in build_steps]
+    assert any("mkdocs build --strict" in c for c in commands)
+    uploads = [i for i, s in enumerate(build_steps) if "upload-pages-artifact" in str(s.get("uses", ""))]
+    build = [i for i, c in enumerate(commands) if "mkdocs build --strict" in c]
+    assert uploads and build and build[0] < uploads[0], "Pages must get the site of the strict build"
+    assert "bash .ci/run" in [s.get("run") for s in ci["jobs"]["cpu-suite"]["steps"]]
+
+    gpu = load("gpu.yml")
+    assert "workflow_call" in gpu["on"] and "pull_request" not in gpu["on"]
+    gpu_job = gpu["jobs"]["gpu-suite"]
+    assert {"self-hosted", "gpu"} <= set(gpu_job["runs-on"])
+    assert any("scripts/test.sh --gpu" in s.get("run", "") for s in gpu_job["steps"])
