@@ -9,12 +9,12 @@ Liger's RMSNorm kernel does not run under the Triton interpreter (it calls
 `.to()` on the Python-float `eps`), so on CPU the demo stops after counting
 modules; on a CUDA GPU it also runs forward + backward and compares with HF.
 """
+# --8<-- [start:patch]
 import contextlib
 
 from transformers.models.qwen3 import modeling_qwen3
 
 
-# --8<-- [start:patch]
 @contextlib.contextmanager
 def liger_patched(**liger_options):
     """apply_liger_kernel_to_qwen3() inside a with-block, undone on exit."""

@@ -5,6 +5,7 @@ after patch_qwen3_rmsnorm(), then the Triton norms are counted. A decoder layer
 has four: input_layernorm, post_attention_layernorm, self_attn.q_norm and
 self_attn.k_norm (the last two act per head on head_dim = 128); plus the final norm.
 """
+# --8<-- [start:count]
 import torch
 from transformers import Qwen3ForCausalLM
 from transformers.models.qwen3 import modeling_qwen3
@@ -14,7 +15,6 @@ from qwen3_patch import count_modules, patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
 
 
-# --8<-- [start:count]
 def count_replaced_norms(size: str) -> tuple[int, int, int]:
     """(layers, Triton norms, HF norms left) for a Qwen3 size, built on the meta device."""
     config = qwen3_config(size)

@@ -4,6 +4,7 @@ The autotuner times every surviving candidate on the GPU the first time it sees
 a new key (here: the row width and the tensor dtypes) and caches the winner.
 CUDA only: under TRITON_INTERPRET=1 there is no GPU driver to time with.
 """
+# --8<-- [start:autotune]
 import functools
 
 import torch
@@ -15,7 +16,6 @@ from rmsnorm_triton import _compute_dtype, check_inputs, rms_norm_fwd_kernel, ro
 MAX_TILE = 16384  # values per program held in registers
 
 
-# --8<-- [start:autotune]
 def candidate_configs():
     return [triton.Config({"BLOCK_ROWS": rows}, num_warps=warps)
             for rows in (1, 2, 4, 8, 16, 32, 64) for warps in (2, 4, 8, 16)]

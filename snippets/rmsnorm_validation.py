@@ -6,20 +6,17 @@
    no further from an fp64 reference than HF's own result is.
 3. dW is deterministic: two backward passes give identical bits.
 
-Small shapes on CPU (Triton interpreter), Qwen3-8B shapes on a CUDA GPU.
+Small shapes on CPU (``TRITON_INTERPRET=1 python snippets/rmsnorm_validation.py``),
+Qwen3-8B shapes on a CUDA GPU.
 """
-import os
-
+# --8<-- [start:imports]
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before rmsnorm_triton imports triton
-
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from rmsnorm_triton import rms_norm
 
 EPS = 1e-6
+# --8<-- [end:imports]
 
 
 # --8<-- [start:forward_hf]

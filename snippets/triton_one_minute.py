@@ -1,20 +1,15 @@
 """Triton in one minute: scale a vector, one block of elements per program.
 
 The four ideas every Triton kernel is built from: program_id, arange + offsets
-+ mask, load, store. Runs on a CUDA GPU, or on CPU with TRITON_INTERPRET=1.
++ mask, load, store. Runs on a CUDA GPU, or on CPU as
+``TRITON_INTERPRET=1 python snippets/triton_one_minute.py``.
 """
-import os
-
+# --8<-- [start:kernel]
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before importing triton
-
 import triton
 import triton.language as tl
 
 
-# --8<-- [start:kernel]
 @triton.jit
 def scale_kernel(x_ptr, y_ptr, n_elements, factor, BLOCK_SIZE: tl.constexpr):
     # 1. program_id: which block this program instance owns (like CUDA's blockIdx.x)

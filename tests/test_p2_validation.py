@@ -35,6 +35,19 @@ def test_gradcheck_catches_a_wrong_backward(device, monkeypatch):
         validation.check_gradcheck(device)
 
 
+def test_fast_mode_gradcheck_misses_what_the_full_jacobian_catches():
+    """Why check_gradcheck uses the full Jacobian (the page says so in §5.6)."""
+    def wrong(x, w):
+        return MissingProjectionTerm.apply(x, w, 1e-6)
+
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(3, 5, 64, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(64, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(wrong, (x, w), fast_mode=True, raise_exception=False)
+        assert not torch.autograd.gradcheck(wrong, (x, w), raise_exception=False)
+
+
 @pytest.mark.parametrize("shape", [(4, 8, 256), (2, 4, 4, 128)])
 def test_bf16_errors_are_comparable_to_hf(shape, device, on_gpu):
     errors = validation.compare_with_hf(shape, device)
