@@ -123,7 +123,7 @@ if __name__ == "__main__":
     print(f"forward vs HF: max {max_ulp} ulp, {100 * identical:.2f}% bit-identical")
     check_gradcheck(device, [(3, 5, 64), (70, 128), (3, 4096)] if on_gpu else [(2, 8), (2, 2, 16)])
     # The interpreter truncates fp32 -> bf16 instead of rounding: allow it more slack on CPU.
-    slack = 1.25 if on_gpu else 3.0
+    slack = 1.5 if on_gpu else 3.0
     shapes = [(4, 2048, 4096), (4, 2048, 32, 128)] if on_gpu else [(4, 8, 256), (2, 4, 4, 128)]
     for shape in shapes:  # hidden-size rows, and q_norm rows (head_dim 128)
         errors = compare_with_hf(shape, device)

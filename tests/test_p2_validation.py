@@ -51,7 +51,7 @@ def test_fast_mode_gradcheck_misses_what_the_full_jacobian_catches():
 @pytest.mark.parametrize("shape", [(4, 8, 256), (2, 4, 4, 128)])
 def test_bf16_errors_are_comparable_to_hf(shape, device, on_gpu):
     errors = validation.compare_with_hf(shape, device)
-    slack = 1.25 if on_gpu else 3.0  # the interpreter truncates fp32 -> bf16
+    slack = 1.5 if on_gpu else 3.0  # the interpreter truncates fp32 -> bf16
     for ours, theirs in zip(errors["Triton"], errors["HF"]):
         assert 0 < ours <= slack * theirs
 
