@@ -23,6 +23,28 @@ PY="$VENV/bin/python"
 export NO_MKDOCS_2_WARNING=1 PYTHONDONTWRITEBYTECODE=1
 
 step() { printf '\n==> %s\n' "$*"; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+
+# The browser check needs Debian's chromium (playwright never downloads a browser).
+# Install it when missing and we can (root or passwordless sudo); elsewhere, e.g. on
+# GitHub's Ubuntu runners, use a preinstalled Chrome through $CHROMIUM.
+find_browser() {
+  if [[ -z "${CHROMIUM:-}" && ! -x /usr/bin/chromium ]]; then
+    if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then
+      step "apt-get install chromium (browser check)"
+      as_root apt-get update -qq && as_root apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    else
+      for candidate in chromium chromium-browser google-chrome google-chrome-stable; do
+        if command -v "$candidate" >/dev/null; then CHROMIUM=$(command -v "$candidate"); export CHROMIUM; break; fi
+      done
+    fi
+  fi
+  # A CJK font, so that the screenshots show the Chinese text (nice to have, not fatal).
+  if ! fc-list 2>/dev/null | grep -qiE 'wqy|noto sans cjk'; then
+    { as_root apt-get update -qq && as_root apt-get install -y -qq --no-install-recommends fonts-wqy-microhei >/dev/null; } \
+      || echo "warning: no CJK font installed; screenshots show boxes for Chinese text"
+  fi
+}
 
 step "environment ($MODE): $VENV"
 if [[ $MODE == gpu ]]; then
@@ -33,6 +55,7 @@ if [[ $MODE == gpu ]]; then
   "$PY" -m pip install --quiet -r requirements-docs.txt -r "$VENV/requirements-gpu.txt"
   PYTEST_SELECT=(-m "not browser")
 else
+  find_browser
   [[ -x "$PY" ]] || "$PYTHON" -m venv "$VENV"
   "$PY" -m pip install --quiet -r requirements-test.txt
   PYTEST_SELECT=()
