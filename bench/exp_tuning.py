@@ -20,20 +20,19 @@ EPS = 1e-6
 
 
 @contextlib.contextmanager
-def forced_config(block_rows, num_warps, programs_per_sm=None):
-    """Temporarily replace the heuristic in rmsnorm_triton with a fixed config."""
+def forced_config(block_rows, num_warps, programs_per_sm=1):
+    """Temporarily replace the shipped launch heuristics in rmsnorm_triton."""
     import triton
 
     import rmsnorm_triton
 
-    original_config, original_programs = rmsnorm_triton.launch_config, rmsnorm_triton.backward_programs
-    rmsnorm_triton.launch_config = lambda n_cols: (block_rows, triton.next_power_of_2(n_cols), num_warps)
-    if programs_per_sm is not None:
-        rmsnorm_triton.backward_programs = lambda device, n_tiles, _=None: original_programs(device, n_tiles, programs_per_sm)
+    original = rmsnorm_triton.forward_config, rmsnorm_triton.backward_config
+    rmsnorm_triton.forward_config = lambda n: (block_rows, triton.next_power_of_2(n), num_warps)
+    rmsnorm_triton.backward_config = lambda n: (block_rows, triton.next_power_of_2(n), num_warps, programs_per_sm)
     try:
         yield
     finally:
-        rmsnorm_triton.launch_config, rmsnorm_triton.backward_programs = original_config, original_programs
+        rmsnorm_triton.forward_config, rmsnorm_triton.backward_config = original
 
 
 def _time(fn, quick):
@@ -43,9 +42,7 @@ def _time(fn, quick):
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e6
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median") * 1e3
+    return common.cuda_graph_time_us([fn], min_calls=10, replays=10)["median_us"]
 
 
 def _candidates(block_cols, max_tile, quick):
@@ -68,7 +65,7 @@ def _autotune_pick(x, w, candidates, quick):
     y = torch.empty_like(x)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     tuned[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
-        x, w, y, rstd, n_rows, n_cols, EPS, 1, n_rows, 0, 0, n_cols,
+        x, w, y, rstd, n_rows, n_cols, EPS, 0.0, 1, n_rows, 0, 0, n_cols,
         BLOCK_COLS=triton.next_power_of_2(n_cols), COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
     )
     best = tuned.best_config
@@ -94,7 +91,9 @@ def run(args) -> dict:
         block_cols = triton.next_power_of_2(width)
         _, rstd = rms_norm_forward(x, w, EPS)
         entry = {"rows": rows, "width": width, "fwd_bytes": 4 * rows * width, "bwd_bytes": 6 * rows * width,
-                 "heuristic": dict(zip(("block_rows", "block_cols", "num_warps"), rmsnorm_triton.launch_config(width))),
+                 "heuristic": dict(zip(("block_rows", "block_cols", "num_warps"), rmsnorm_triton.forward_config(width))),
+                 "heuristic_bwd": dict(zip(("block_rows", "block_cols", "num_warps", "programs_per_sm"),
+                                           rmsnorm_triton.backward_config(width))),
                  "fwd": [], "bwd": []}
         entry["heuristic_fwd_us"] = _time(lambda: rms_norm_forward(x, w, EPS), quick)
         entry["heuristic_bwd_us"] = _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)
@@ -114,7 +113,7 @@ def run(args) -> dict:
         entry["autotune_fwd_pick"] = None if quick else _autotune_pick(x, w, fwd_candidates, quick)
         results.append(entry)
     config = {"dtype": "bfloat16", "widths": [list(wd) for wd in (QUICK_WIDTHS if quick else WIDTHS)],
-              "timer": "triton.testing.do_bench median, warmup=20 ms, rep=80 ms"}
+              "timer": "median GPU time per call from CUDA-graph replays (10 calls per graph, 10 replays)"}
     return {"config": config, "results": results}
 
 
@@ -138,7 +137,8 @@ def _table(data):
             f"{e['heuristic']['block_rows']} / {e['heuristic']['num_warps']}: {common.fmt(e['heuristic_fwd_us'])} µs",
             f"{worst_fwd / best_fwd['us']:.1f}×",
             f"{best_bwd['block_rows']} / {best_bwd['num_warps']} / {best_bwd['programs_per_sm']}: {common.fmt(best_bwd['us'])} µs",
-            f"{common.fmt(e['heuristic_bwd_us'])} µs",
+            f"{e['heuristic_bwd']['block_rows']} / {e['heuristic_bwd']['num_warps']} / "
+            f"{e['heuristic_bwd']['programs_per_sm']}: {common.fmt(e['heuristic_bwd_us'])} µs",
         ])
     headers = ["rows×H", "fwd best (rows / warps)", "autotune pick", "shipped heuristic fwd",
                "fwd worst / best", "bwd best (rows / warps / per SM)", "shipped heuristic bwd"]

@@ -15,7 +15,9 @@ promotion of (input, weight), as HF's does.
 
 Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
+import functools
 import os
+import struct
 
 import torch
 import triton
@@ -48,7 +50,7 @@ def _inv_rms(mean_square_plus_eps, COMPUTE_DTYPE: tl.constexpr):
 @triton.jit
 def rms_norm_fwd_kernel(
     X, W, Y, RSTD,
-    n_rows, n_cols, eps,
+    n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -64,7 +66,7 @@ def rms_norm_fwd_kernel(
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
 
     mean_square = tl.sum(x * x, axis=1) / n_cols
-    rstd = _inv_rms(mean_square + eps, COMPUTE_DTYPE)
+    rstd = _inv_rms(mean_square + eps + eps_low, COMPUTE_DTYPE)
     x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
     y = x_hat * w[None, :]
 
@@ -90,7 +92,7 @@ def _load_rows(X, DY, rows, cols, n_rows, n_cols, size1, size2,
 @triton.jit
 def rms_norm_bwd_kernel(
     DY, X, W, RSTD, DX, DW_PARTIAL,
-    n_rows, n_cols, eps, tiles_per_program,
+    n_rows, n_cols, eps, eps_low, tiles_per_program,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -103,7 +105,9 @@ def rms_norm_bwd_kernel(
     cols = tl.arange(0, BLOCK_COLS)
     col_mask = cols < n_cols
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(COMPUTE_DTYPE)
-    dw_acc = tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    # dW accumulates element-wise per (row slot, column); the sum over row slots
+    # happens once at the end, not once per tile (no cross-warp reduction in the loop).
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
 
     # Persistent loop over tiles program, program + n_programs, ... The loads of
     # the next tile are issued before the math of the current one (prefetch),
@@ -121,7 +125,7 @@ def rms_norm_bwd_kernel(
         x = x_raw.to(COMPUTE_DTYPE)
         dy = dy_raw.to(COMPUTE_DTYPE)
         if RECOMPUTE_RSTD:  # costs a row reduction; saves 4 bytes per row of memory
-            rstd = _inv_rms(tl.sum(x * x, axis=1) / n_cols + eps, COMPUTE_DTYPE)
+            rstd = _inv_rms(tl.sum(x * x, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
 
@@ -135,10 +139,10 @@ def rms_norm_bwd_kernel(
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
             x_hat_rounded = x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
-            dw_acc += tl.sum(dy * x_hat_rounded, axis=0)
+            dw_acc += dy * x_hat_rounded  # masked rows contribute zeros
 
     if COMPUTE_DW:
-        tl.store(DW_PARTIAL + program.to(tl.int64) * n_cols + cols, dw_acc, mask=col_mask)
+        tl.store(DW_PARTIAL + program.to(tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
 # --8<-- [end:bwd_kernel]
 
 
@@ -146,44 +150,44 @@ def rms_norm_bwd_kernel(
 @triton.jit
 def dw_reduce_kernel(
     DW_PARTIAL, DW, n_partials, n_cols,
-    BLOCK_PARTIALS: tl.constexpr,
+    BLOCK_PARTIALS: tl.constexpr,  # >= n_partials: all partials in one tile
     BLOCK_COLS: tl.constexpr,
-    COMPUTE_DTYPE: tl.constexpr,
 ):
-    # Sum the per-program partials column by column, always in the same order.
+    # Sum the per-program partials of a few columns. The tree order of tl.sum is
+    # fixed for a given grid, so the result is the same bits on every run.
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    total = tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE)
-    for start in range(0, n_partials, BLOCK_PARTIALS):
-        parts = start + tl.arange(0, BLOCK_PARTIALS)
-        mask = (parts < n_partials)[:, None] & col_mask[None, :]
-        block = tl.load(DW_PARTIAL + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-        total += tl.sum(block, axis=0)
-    tl.store(DW + cols, total.to(DW.dtype.element_ty), mask=col_mask)
+    parts = tl.arange(0, BLOCK_PARTIALS)
+    mask = (parts < n_partials)[:, None] & (cols < n_cols)[None, :]
+    block = tl.load(DW_PARTIAL + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+    tl.store(DW + cols, tl.sum(block, axis=0).to(DW.dtype.element_ty), mask=cols < n_cols)
 # --8<-- [end:dw_reduce_kernel]
 
 
 # --8<-- [start:launch_config]
-def launch_config(n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) for a row width, tuned on an H200.
+def forward_config(n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps) of the forward, from the H200 sweep (篇2 §七).
 
-    Each program gets a tile of about 4096 elements: one row when the row is
-    wide, many rows when it is narrow (q_norm/k_norm rows are 128 wide).
+    A tile of at least 2048 elements per program: one row when rows are wide,
+    16 rows of 128 for q_norm/k_norm.
     """
     block_cols = triton.next_power_of_2(n_cols)
+    return max(1, 2048 // block_cols), block_cols, 4
+
+
+def backward_config(n_cols: int) -> tuple[int, int, int, int]:
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward."""
+    block_cols = triton.next_power_of_2(n_cols)
     block_rows = max(1, 4096 // block_cols)
-    tile = block_rows * block_cols
-    num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
-    return block_rows, block_cols, num_warps
+    num_warps = 4 if block_cols <= 1024 else 8
+    programs_per_sm = 2 if block_rows * block_cols <= 4096 else 1
+    return block_rows, block_cols, num_warps, programs_per_sm
 
 
-def backward_programs(device: torch.device, n_tiles: int, programs_per_sm: int = 4) -> int:
-    """Size of the persistent backward grid: a few programs per SM."""
+@functools.lru_cache(maxsize=None)
+def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
-        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    else:  # the interpreter runs programs one by one; keep the grid small
-        sm_count = 2
-    return max(1, min(n_tiles, sm_count * programs_per_sm))
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2  # the interpreter runs programs one after another: keep the grid small
 # --8<-- [end:launch_config]
 
 
@@ -215,6 +219,13 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
 
 
+def split_eps(eps: float, compute) -> tuple[float, float]:
+    """Triton passes Python floats as fp32. For fp64 math, send eps as fp32 high
+    part + fp32 remainder so that their fp64 sum is eps to ~1e-16."""
+    high = struct.unpack("f", struct.pack("f", eps))[0]
+    return high, (eps - high if compute == tl.float64 else 0.0)
+
+
 def _compute_dtype(*tensors):
     return tl.float64 if any(t.dtype == torch.float64 for t in tensors) else tl.float32
 
@@ -225,6 +236,9 @@ def rows_layout(*tensors):
     Returns the tensors (copied only if a last dim is strided or more than three
     leading dims cannot be folded), (size1, size2) and each tensor's three row strides.
     """
+    if all(t.is_contiguous() for t in tensors):  # the common case, fast
+        n_cols = tensors[0].shape[-1]
+        return list(tensors), (1, tensors[0].numel() // max(n_cols, 1)), [(0, 0, n_cols)] * len(tensors)
     tensors = [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
     sizes, strides = [], [[] for _ in tensors]
     for dim, size in enumerate(tensors[0].shape[:-1]):
@@ -261,9 +275,9 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     if y.numel() == 0:
         return y, rstd
     (x,), (size1, size2), (x_strides,) = rows_layout(x)
-    block_rows, block_cols, num_warps = launch_config(n_cols)
+    block_rows, block_cols, num_warps = forward_config(n_cols)
     rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
-        x, weight, y, rstd, n_rows, n_cols, eps,
+        x, weight, y, rstd, n_rows, n_cols, *split_eps(eps, compute),
         size1, size2, *x_strides,
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, num_warps=num_warps,
     )
@@ -289,23 +303,24 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float |
         return dx, torch.zeros_like(weight) if compute_dw else None
     dw = torch.empty_like(weight) if compute_dw else None
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
-    block_rows, block_cols, num_warps = launch_config(n_cols)
+    block_rows, block_cols, num_warps, programs_per_sm = backward_config(n_cols)
     n_tiles = triton.cdiv(n_rows, block_rows)
-    n_programs = backward_programs(x.device, n_tiles)
+    n_programs = max(1, min(n_tiles, sm_count(x.device) * programs_per_sm))
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device) if compute_dw else dx
     rms_norm_bwd_kernel[(n_programs,)](
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
-        n_rows, n_cols, 0.0 if eps is None else eps, triton.cdiv(n_tiles, n_programs),
+        n_rows, n_cols, *split_eps(eps or 0.0, compute), triton.cdiv(n_tiles, n_programs),
         size1, size2, *x_strides, *dy_strides,
         BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
         RECOMPUTE_RSTD=rstd is None, num_warps=num_warps,
     )
     if compute_dw:
-        reduce_cols = min(block_cols, 256)
+        block_partials = triton.next_power_of_2(n_programs)
+        reduce_cols = max(1, min(block_cols, 8192 // block_partials))
         dw_reduce_kernel[(triton.cdiv(n_cols, reduce_cols),)](
             dw_partial, dw, n_programs, n_cols,
-            BLOCK_PARTIALS=32, BLOCK_COLS=reduce_cols, COMPUTE_DTYPE=compute, num_warps=4,
+            BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,
         )
     return dx, dw
 # --8<-- [end:bwd_wrapper]

@@ -26,17 +26,17 @@ REL_TOL = {torch.bfloat16: 1.5e-2, torch.float16: 2e-3, torch.float32: 2e-5, tor
 
 
 def rel_err(out, ref):
-    out, ref = out.double().cpu(), ref.double().cpu()
+    out, ref = out.double(), ref.double().to(out.device)
     assert torch.isfinite(out).all(), "non-finite values (unwritten output?)"
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def fp64_reference(x, w, eps, dy):
     """y, dx, dw in fp64 from the exact formula (no intermediate rounding)."""
-    x64 = x.detach().double().cpu().requires_grad_()
-    w64 = w.detach().double().cpu().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
     y = w64 * (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
-    dx, dw = torch.autograd.grad(y, (x64, w64), dy.detach().double().cpu())
+    dx, dw = torch.autograd.grad(y, (x64, w64), dy.detach().double())
     return y.detach(), dx, dw
 
 
@@ -326,12 +326,26 @@ def test_forward_only_variant_matches(device):
     assert rel_err(module.weight.grad, ref_dw) < REL_TOL[torch.bfloat16]
 
 
-def test_launch_config_covers_qwen3_widths():
+def test_launch_configs_cover_qwen3_widths():
     for n_cols in (128, 1024, 2048, 2560, 4096, 5120, 16384, 7):
-        block_rows, block_cols, num_warps = rmsnorm_triton.launch_config(n_cols)
+        block_rows, block_cols, num_warps = rmsnorm_triton.forward_config(n_cols)
         assert block_cols >= n_cols and block_cols & (block_cols - 1) == 0
         assert block_rows >= 1 and num_warps in (1, 2, 4, 8, 16, 32)
-    assert rmsnorm_triton.launch_config(128)[0] > 1  # narrow rows: many per program
+        block_rows, block_cols, num_warps, programs_per_sm = rmsnorm_triton.backward_config(n_cols)
+        assert block_cols >= n_cols and block_rows >= 1 and programs_per_sm >= 1
+    assert rmsnorm_triton.forward_config(128)[0] > 1  # narrow rows: many per program
+    assert rmsnorm_triton.backward_config(128)[0] > 1
+
+
+def test_fp64_eps_is_exact(device):
+    """eps travels as two fp32 scalars; their fp64 sum must be the fp64 eps."""
+    x = torch.randn(4, 16, dtype=torch.float64, device=device) * 1e-2  # eps matters here
+    w = torch.ones(16, dtype=torch.float64, device=device)
+    y, rstd = rms_norm_forward(x, w, 1e-3)
+    expected = torch.rsqrt(x.pow(2).mean(-1) + 1e-3)
+    torch.testing.assert_close(rstd, expected, rtol=1e-14, atol=0)
+    high, low = rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float64)
+    assert high + low == 1e-3 and rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float32)[1] == 0.0
 
 
 @pytest.mark.gpu
