@@ -43,3 +43,9 @@ def test_script_prints_the_report(capsys):
     out = capsys.readouterr().out
     assert "rms_norm_with_check: graph_count=2, graph_break_count=1" in out
     assert "rms_norm_plain: graph_count=1, graph_break_count=0" in out
+
+
+def test_large_activations_take_the_python_branch(capsys):
+    x = torch.randn(2, 16) * 1000  # mean square ~1e6 > 1e4
+    demo.rms_norm_with_check(x, torch.ones(16))
+    assert "very large activations" in capsys.readouterr().out

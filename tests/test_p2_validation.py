@@ -108,3 +108,12 @@ def test_forward_check_tells_cast_orders_apart(monkeypatch):  # pragma: gpu only
                         lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps))
     _, identical = validation.forward_vs_hf((4, 2048, 4096), "cuda")
     assert identical < 0.99
+
+
+def test_double_backward_check_fails_when_nothing_raises(device, monkeypatch):
+    def differentiable_twice(x, w, eps):  # plain torch ops support create_graph=True
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    monkeypatch.setattr(validation, "rms_norm", differentiable_twice)
+    with pytest.raises(AssertionError, match="NotImplementedError"):
+        validation.check_double_backward_raises(device)
