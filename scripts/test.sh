@@ -66,7 +66,7 @@ step "measured data: python -m bench.render --check"
 "$PY" -m bench.render --check
 
 step "site: mkdocs build --strict"
-"$PY" -m mkdocs build --strict --quiet
+"$PY" -m mkdocs build --strict
 
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
 set +e
