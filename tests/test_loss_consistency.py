@@ -36,7 +36,7 @@ def _train(tokens, norm_cls, device="cpu"):
     baseline, patched = build_pair(_config(), norm_cls, seed=0)
     starts = batch_starts(tokens.numel(), BATCH, SEQ_LEN, STEPS, seed=0)
     models = [m.to(device) for m in (baseline, patched)]
-    return train_lockstep(models, tokens.to(device), starts, SEQ_LEN, lr=LR, warmup=WARMUP)
+    return train_lockstep(models, tokens.to(device), starts, SEQ_LEN, lr=LR, warmup=WARMUP, log_every=STEPS)
 
 
 def test_stdlib_tokens_are_deterministic_bytes(tokens):
