@@ -135,7 +135,9 @@ def run(args) -> dict:
     from loss_consistency import stdlib_tokens
 
     cfg = loss_config(args.quick)
-    tokens = stdlib_tokens(cfg["corpus_tokens"])
+    tokens = stdlib_tokens()[:cfg["corpus_tokens"]]  # all of it if the stdlib is smaller
+    if tokens.numel() < 50 * cfg["seq_len"]:
+        raise RuntimeError(f"only {tokens.numel()} stdlib tokens found at {sysconfig.get_paths()['stdlib']}")
     cfg["corpus"] = {
         "source": "CPython stdlib *.py files, sorted path order, bytes + EOS (256) between files",
         "stdlib": sysconfig.get_paths()["stdlib"],

@@ -21,21 +21,23 @@ EOS = 256  # token between two files; bytes are tokens 0..255
 VOCAB_SIZE = 257
 
 
-def stdlib_tokens(n_tokens: int) -> torch.Tensor:
-    """The first ``n_tokens`` byte tokens of the stdlib's *.py files, in sorted path order."""
+def stdlib_tokens(n_tokens: int | None = None) -> torch.Tensor:
+    """Byte tokens of the stdlib's *.py files in sorted path order: the first ``n_tokens``, or all."""
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py")
                    if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts))
-    chunks, total = [], 0
+    texts, total = [], 0
     for path in files:
-        data = path.read_bytes()
-        if data:  # empty files (many __init__.py) contribute only their EOS
-            chunks.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).long())
-        chunks.append(torch.tensor([EOS]))
-        total += len(data) + 1
-        if total >= n_tokens:
-            return torch.cat(chunks)[:n_tokens]
-    raise ValueError(f"the stdlib at {root} has only {total} tokens, {n_tokens} requested")
+        texts.append(path.read_bytes())
+        total += len(texts[-1]) + 1
+        if n_tokens is not None and total >= n_tokens:
+            break
+    if total < (n_tokens or 1):
+        raise ValueError(f"the stdlib at {root} has only {total} tokens, {n_tokens} requested")
+    tokens = torch.frombuffer(bytearray(b"\0".join(texts) + b"\0"), dtype=torch.uint8).long()
+    file_ends = torch.tensor([len(t) + 1 for t in texts]).cumsum(0) - 1
+    tokens[file_ends] = EOS  # the byte after each file becomes the separator
+    return tokens[:n_tokens]
 
 
 def batch_starts(n_tokens: int, batch_size: int, seq_len: int, steps: int, seed: int = 0) -> torch.Tensor:
