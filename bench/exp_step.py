@@ -239,7 +239,7 @@ def measure_tier(tier: str, cfg: dict, log=print) -> dict:
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
 
     # One more step under the profiler, for the RMSNorm share.
-    profile = profile_rmsnorm(model, step, batches, cfg["profiled_steps"], annotate=tier not in COMPILED,
+    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=tier not in COMPILED,
                               on_gpu=on_gpu)
     profile["method"] = ("module ranges + autograd sequence numbers" if tier not in COMPILED
                          else "kernel names" if tier == "triton_compile" else "not separable")
@@ -268,7 +268,7 @@ def measure_tier(tier: str, cfg: dict, log=print) -> dict:
     return result
 
 
-def profile_rmsnorm(model, step, batches, n_steps: int, annotate: bool, on_gpu: bool) -> dict:
+def profile_rmsnorm(model, batches, n_steps: int, annotate: bool, on_gpu: bool) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 

@@ -1,0 +1,68 @@
+"""The RMSNorm attribution of bench/exp_step.py, checked on a tiny Qwen3 on CPU.
+
+The profiler method (record_function around each norm's forward, backward nodes
+linked by autograd sequence number) must find every norm, attribute exactly
+the norm's own backward nodes and nothing from attention, MLP or loss.
+"""
+import pytest
+import torch
+from transformers import Qwen3ForCausalLM
+
+from bench import exp_step
+from qwen3_configs import tiny_qwen3_config
+from qwen3_patch import patch_qwen3_rmsnorm
+from rmsnorm_triton import TritonQwen3RMSNorm
+
+HF_NODES_FP32 = {"PowBackward0", "MeanBackward1", "AddBackward0", "RsqrtBackward0", "MulBackward0"}
+
+
+def _model(norm_cls=None):
+    config = tiny_qwen3_config(use_cache=False)
+    undo = patch_qwen3_rmsnorm(norm_cls) if norm_cls else None
+    try:
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(config)
+    finally:
+        if undo:
+            undo()
+    return model, 4 * config.num_hidden_layers + 1
+
+
+def _profile(model, annotate=True):
+    batch = torch.randint(0, model.config.vocab_size, (2, 16))
+    return exp_step.profile_rmsnorm(model, [batch], 1, annotate=annotate, on_gpu=False)
+
+
+def test_hf_norms_forward_ranges_and_backward_nodes():
+    model, n_norms = _model()
+    profile = _profile(model)
+    assert profile["annotated_ranges"] == n_norms
+    # fp32: both .to() casts are no-ops, leaving pow, mean, add eps, rsqrt, mul, mul by weight.
+    assert set(profile["backward_node_names"]) == HF_NODES_FP32
+    assert profile["backward_nodes"] == 6 * n_norms
+    assert 0 < profile["rmsnorm_fwd_ms"] and 0 < profile["rmsnorm_bwd_ms"]
+    assert profile["rmsnorm_ms"] < profile["device_ms"]
+
+
+def test_triton_norms_are_one_backward_node_each():
+    model, n_norms = _model(TritonQwen3RMSNorm)
+    profile = _profile(model)
+    assert profile["annotated_ranges"] == n_norms
+    assert profile["backward_node_names"] == ["TritonRMSNormFunctionBackward"]
+    assert profile["backward_nodes"] == n_norms
+
+
+def test_no_annotation_no_attribution():
+    model, _ = _model()
+    profile = _profile(model, annotate=False)
+    assert profile["annotated_ranges"] == 0 and profile["rmsnorm_ms"] is None
+
+
+def test_tier_selection(monkeypatch):
+    monkeypatch.delenv("BENCH_STEP_TIERS", raising=False)
+    assert exp_step.selected_tiers() == list(exp_step.TIERS)
+    monkeypatch.setenv("BENCH_STEP_TIERS", "eager, triton")
+    assert exp_step.selected_tiers() == ["eager", "triton"]
+    monkeypatch.setenv("BENCH_STEP_TIERS", "eager,fast")
+    with pytest.raises(ValueError, match="fast"):
+        exp_step.selected_tiers()
