@@ -268,9 +268,10 @@ def memory_bound_runs(timeline: list) -> list:
 # --8<-- [end:timeline]
 
 
-def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000) -> dict:
-    """Median and spread of fn() in ms: triton's do_bench on a GPU, perf_counter on CPU."""
-    if torch.cuda.is_available():  # pragma: gpu only
+def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000, on_gpu: bool | None = None) -> dict:
+    """Median and spread of fn() in ms: triton's do_bench on a GPU, perf_counter on CPU.
+    ``on_gpu`` defaults to whether CUDA is available."""
+    if torch.cuda.is_available() if on_gpu is None else on_gpu:  # pragma: gpu only
         import triton.testing
 
         samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")

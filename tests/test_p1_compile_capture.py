@@ -59,7 +59,7 @@ def test_inductor_fuses_the_rmsnorm_forward_into_one_kernel(rmsnorm_kernels, on_
         assert op in name
     assert forward[0]["kind"] == ("triton" if on_gpu else "cpp_pybinding")
     assert rmsnorm_kernels["backward"], "the backward graph generated no kernel"
-    assert all("sum" in k["name"] for k in rmsnorm_kernels["backward"])  # dW and the row reduction
+    assert any("sum" in k["name"] for k in rmsnorm_kernels["backward"])  # dW / the row reduction
 
 
 @pytest.mark.gpu
