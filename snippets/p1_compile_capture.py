@@ -29,7 +29,7 @@ def capture_output_code(fn, *args):
 
 
 KERNEL = re.compile(
-    r"(?P<comments>(?:^#[^\n]*\n)*)"                      # '# kernel path', '# Topologically Sorted Source Nodes'
+    r"(?P<comments>(?:^#[^\n]*\n)*)"                      # '# kernel path', '# ... Source Nodes: [...]'
     r"^(?P<variable>\w+) = async_compile\.(?P<kind>\w+)\("  # triton / cpp_pybinding
     r"[^\n]*?r?'''\n?(?P<source>.*?)'''",
     re.S | re.M,
@@ -40,7 +40,7 @@ def generated_kernels(module_source: str) -> list:
     """The kernels defined in one generated module, in order: name, kind, fused ATen ops, source."""
     kernels = []
     for match in KERNEL.finditer(module_source):
-        nodes = re.search(r"# Topologically Sorted Source Nodes: \[(.*?)\]", match["comments"])
+        nodes = re.search(r"# (?:Topologically Sorted|Unsorted) Source Nodes: \[(.*?)\]", match["comments"])
         kernels.append({
             "name": match["variable"],
             "kind": match["kind"],
