@@ -452,6 +452,7 @@ def _summary(data: dict) -> list[dict]:
             step = record["median_ms"]
             rms = record["profile"].get("rmsnorm_ms")
             row.update(step=step, lo=record["min_ms"], hi=record["max_ms"], peak=record.get("peak_gib"),
+                       loss=record.get("loss"), tokens_per_s=record.get("tokens_per_s"),
                        speedup=base_ms / step if base_ms else None, rms=rms,
                        share=rms / step if rms is not None else None,
                        without=step - rms if rms is not None else None,
@@ -481,15 +482,15 @@ def render(data: dict) -> dict[str, str]:
     step_rows = []
     for r in rows:
         if r["status"] != "ok":
-            step_rows.append([r["label"], f"not run: {r['status']}", "—", "—", "—"])
+            step_rows.append([r["label"], f"not run: {r['status']}", "—", "—", "—", "—", "—"])
             continue
         step_rows.append([
             r["label"], f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
             f"{r['speedup']:.2f}×" if r["speedup"] else "—",
-            f(r["peak"], 3) if r["peak"] is not None else "—",
+            f"{r['tokens_per_s']:,.0f}", f(r["peak"], 3) if r["peak"] is not None else "—", f"{r['loss']:.4f}",
         ])
-    step_table = common.md_table(["setup", "step (ms, median)", "range (ms)", "speed-up vs HF eager",
-                                  "peak memory (GiB)"], step_rows, "lrrrr")
+    step_table = common.md_table(["setup", "step (ms, median)", "range (ms)", "speed-up vs HF eager", "tokens/s",
+                                  "peak memory (GiB)", "loss, step 1"], step_rows, "lrrrrrr")
 
     share_rows = []
     for r in rows:
