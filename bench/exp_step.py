@@ -133,6 +133,8 @@ def _install_patch(tier: str) -> dict:
             from liger_kernel.transformers import apply_liger_kernel_to_qwen3
         except Exception as error:  # not installed on this machine
             raise TierSkipped(f"liger_kernel not importable: {error!r}") from error
+        if _setup.INTERPRET:
+            raise TierSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
         options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
