@@ -23,6 +23,9 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 * ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
   (rope, rms_norm, swiglu, fused linear cross-entropy), applied before the model is built.
 
+Environment knobs: ``BENCH_STEP_TIERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
+bounds the whole run: a tier that would start with less than 30 s left is recorded as skipped.
+
 Timing: CUDA events around each step, median over the timed steps after warm-up.
 Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
 
@@ -408,6 +411,8 @@ def selected_tiers() -> list[str]:
 def run(args) -> dict:
     cfg = step_config(args.quick)
     tiers = selected_tiers()
+    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all tiers; a device job gets 600 s
+    began = time.perf_counter()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for index, tier in enumerate(tiers, 1):
@@ -415,15 +420,21 @@ def run(args) -> dict:
             command = [sys.executable, "-m", "bench.exp_step", "--tier", tier, "--out", str(out)]
             if args.quick:
                 command.append("--quick")
-            print(f" step tier {index}/{len(tiers)}: {tier}", flush=True)
+            left = budget_s - (time.perf_counter() - began)
+            if left < 30:
+                results[tier] = {"tier": tier, "label": TIERS[tier], "status": "skipped",
+                                 "reason": f"time budget of {budget_s:.0f} s used up"}
+                print(f" step tier {index}/{len(tiers)}: {tier} skipped (time budget)", flush=True)
+                continue
+            print(f" step tier {index}/{len(tiers)}: {tier} ({left:.0f} s of budget left)", flush=True)
             start = time.perf_counter()
-            timeout = CHILD_TIMEOUT_S.get(tier, 150)
+            timeout = min(CHILD_TIMEOUT_S.get(tier, 150), left)
             try:
                 subprocess.run(command, cwd=common.ROOT, timeout=timeout, check=False)
                 record = json.loads(out.read_text(encoding="utf-8"))
             except subprocess.TimeoutExpired:
                 record = {"tier": tier, "label": TIERS[tier], "status": "error",
-                          "reason": f"timed out after {timeout} s"}
+                          "reason": f"timed out after {timeout:.0f} s"}
             except (OSError, ValueError) as error:  # the child died before writing its record
                 record = {"tier": tier, "label": TIERS[tier], "status": "error",
                           "reason": f"child process wrote no result: {error!r}"}
@@ -433,7 +444,7 @@ def run(args) -> dict:
     cfg["geometry"] = {k: getattr(model, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
-    cfg.update(step=STEP_DEFINITION, attention="sdpa", tiers=tiers,
+    cfg.update(step=STEP_DEFINITION, attention="sdpa", tiers=tiers, budget_s=budget_s,
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
                timing="CUDA events per step, median of the timed steps after warm-up",
                rmsnorm_share=("profiler: module record_function ranges (forward) + autograd sequence "
