@@ -51,6 +51,8 @@ OPEN_SHADOW_ROOTS = """
 # Returns one entry per diagram: what it rendered to.
 INSPECT_DIAGRAMS = """
 () => {
+  const words = (svg) => Array.from(svg.querySelectorAll("text, .nodeLabel, .error-text"))
+    .map((t) => t.textContent.trim()).filter(Boolean).join(" | ").slice(0, 200);
   const out = [];
   for (const pre of document.querySelectorAll("pre.mermaid")) {
     out.push({ state: "not rendered", text: pre.textContent.slice(0, 200) });
@@ -64,13 +66,13 @@ INSPECT_DIAGRAMS = """
       || /Syntax error|Parse error/i.test(svg.textContent);
     out.push({
       state: isError ? "error svg" : (box.width > 10 && box.height > 10 ? "ok" : "empty svg"),
-      text: svg.textContent.slice(0, 200),
+      text: words(svg),
       nodes: svg.querySelectorAll("g.node").length,
     });
   }
   // mermaid leaves its error picture in <body> when a render fails
   for (const svg of document.querySelectorAll("body > div svg[aria-roledescription='error'], body > svg[aria-roledescription='error']")) {
-    out.push({ state: "error svg", text: svg.textContent.slice(0, 200) });
+    out.push({ state: "mermaid error picture", text: words(svg) });
   }
   return out;
 }
@@ -205,7 +207,8 @@ def test_pages_render_offline(browser, server, built_site, scheme):
     for path in site_pages(built_site):
         problems = _check_page(browser, server, path, scheme, built_site)
         report += [f"{path} ({scheme}): {problem}" for problem in problems]
-    assert not report, "browser check failed:\n  " + "\n  ".join(report)
+    if report:
+        pytest.fail("browser check failed:\n  " + "\n  ".join(report), pytrace=False)
 
 
 def test_chinese_search_finds_pages(browser, server):

@@ -64,7 +64,8 @@ def inline_code_problems(text: str, page: str) -> list[str]:
 def test_no_inline_python(page):
     text = (docs_tools.ROOT / page).read_text(encoding="utf-8")
     problems = inline_code_problems(text, page)
-    assert not problems, "\n".join(problems)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 def test_inline_rule_catches_every_form():
@@ -124,7 +125,8 @@ def test_mermaid_uses_the_palette(page):
                 for colour in HEX.findall(line):
                     if colour.upper() not in allowed:
                         problems.append(f"colour {colour} is not in the HF pastel palette: {line.strip()}")
-    assert not problems, f"{page}:\n  " + "\n  ".join(problems)
+    if problems:
+        pytest.fail(f"{page}:\n  " + "\n  ".join(problems), pytrace=False)
 
 
 def test_palette_is_defined_once_and_agrees_everywhere():
