@@ -63,12 +63,18 @@ def doc_pages() -> list[pathlib.Path]:
     return pages
 
 
-def expand(text: str) -> str:
-    """Expand every ``--8<--`` include like the site build does (raises on a missing file/section)."""
+def expand(text: str, lenient: bool = False) -> str:
+    """Expand every ``--8<--`` include like the site build does (raises on a missing file/section).
+
+    ``lenient=True`` drops missing includes instead of raising, so that the rest of a page
+    can still be checked while one include is missing (the strict expansion still fails).
+    """
     import markdown
 
-    md = markdown.Markdown(extensions=["pymdownx.snippets"],
-                           extension_configs={"pymdownx.snippets": snippets_config()})
+    config = snippets_config()
+    if lenient:
+        config["check_paths"] = False
+    md = markdown.Markdown(extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": config})
     return "\n".join(md.preprocessors["snippet"].run(text.split("\n")))
 
 

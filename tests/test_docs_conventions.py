@@ -100,10 +100,11 @@ def allowed_colours() -> set[str]:
 
 
 def mermaid_blocks(page: str) -> list[docs_tools.Fence]:
+    text = (docs_tools.ROOT / page).read_text(encoding="utf-8")
     try:
-        expanded = docs_tools.expand((docs_tools.ROOT / page).read_text(encoding="utf-8"))
-    except Exception as error:
-        pytest.skip(f"{page} does not expand ({error}); test_docs_codeblocks.py::test_page_expands fails for it")
+        expanded = docs_tools.expand(text)
+    except Exception:  # test_docs_codeblocks.py::test_page_expands reports it; check the rest
+        expanded = docs_tools.expand(text, lenient=True)
     return [f for f in docs_tools.fences(expanded) if f.language == "mermaid"]
 
 
