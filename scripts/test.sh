@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite (README's second command). Creates .venv, installs the pinned
-# test dependencies, then runs, failing on the first failure:
+# test dependencies, then runs all three checks below and fails if any failed:
 #   1. python -m bench.render --check    committed tables/plots match docs/data
 #   2. mkdocs build --strict              the site, into site/
 #   3. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
@@ -62,20 +62,29 @@ else
 fi
 "$PY" -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, cuda: {torch.cuda.is_available()}")'
 
+# Every check runs even after one fails, so that one run reports everything; the
+# script fails if any of them failed.
+failed=()
+
 step "measured data: python -m bench.render --check"
-"$PY" -m bench.render --check
+"$PY" -m bench.render --check || failed+=("bench.render --check")
 
 step "site: mkdocs build --strict"
-"$PY" -m mkdocs build --strict
+"$PY" -m mkdocs build --strict || failed+=("mkdocs build --strict")
 
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
-set +e
+status=0
 "$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report=term-missing:skip-covered \
-  "${PYTEST_SELECT[@]}" "$@"
-status=$?
-set -e
+  "${PYTEST_SELECT[@]}" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   echo "pytest collected no tests (exit 5): the suite itself is broken" >&2
+  failed+=("pytest: no tests collected")
+elif [[ $status -ne 0 ]]; then
+  failed+=("pytest (exit $status)")
+fi
+
+if (( ${#failed[@]} )); then
+  printf '\n==> FAILED: %s\n' "${failed[@]}" >&2
   exit 1
 fi
-exit $status
+printf '\n==> all checks passed\n'
