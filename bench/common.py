@@ -246,3 +246,15 @@ def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25) -> dict:
     times.sort()
     return {"median_us": statistics.median(times), "p20_us": times[len(times) // 5],
             "p80_us": times[(4 * len(times)) // 5], "calls_per_graph": calls}
+
+
+def gpu_or_quick(args, name: str, quick_setup: dict, gpu_setup: dict):
+    """(quick, on_gpu, setup, device, dtype) for an experiment that needs a GPU unless --quick."""
+    import torch
+
+    quick = getattr(args, "quick", False)
+    on_gpu = torch.cuda.is_available()
+    if not (quick or on_gpu):
+        raise RuntimeError(f"{name} needs a CUDA GPU; use --quick for the CPU smoke test")
+    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+    return quick, on_gpu, (quick_setup if quick else gpu_setup), device, dtype

@@ -91,12 +91,7 @@ def run(args) -> dict:
     from p1_fx_trace import DecoderLayerCall
     from qwen3_configs import qwen3_config, tiny_qwen3_config
 
-    quick = getattr(args, "quick", False)
-    on_gpu = torch.cuda.is_available()
-    if not (quick or on_gpu):
-        raise RuntimeError("p1_compile needs a CUDA GPU; use --quick for the CPU smoke test")
-    setup = QUICK_SETUP if quick else GPU_SETUP
-    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     torch.manual_seed(0)
 
     # the RMSNorm code Inductor writes (Triton on a GPU)

@@ -172,12 +172,7 @@ def run(args) -> dict:
     from p1_roofline import fusable_points, ridge_point
     from qwen3_configs import qwen3_config, tiny_qwen3_config
 
-    quick = getattr(args, "quick", False)
-    on_gpu = torch.cuda.is_available()
-    if not (quick or on_gpu):
-        raise RuntimeError("p1_roofline needs a CUDA GPU; use --quick for the CPU smoke test")
-    setup = QUICK_SETUP if quick else GPU_SETUP
-    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     config = tiny_qwen3_config() if setup["size"] == "tiny" else qwen3_config(setup["size"])
     torch.manual_seed(0)
 

@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from broken_backwards import MissingProjectionTerm
 
 from loss_consistency import (EOS, VOCAB_SIZE, batch_starts, build_pair, get_batch, loss_gate, stdlib_tokens,
                               train_lockstep)
@@ -76,19 +77,7 @@ def test_triton_rmsnorm_training_matches_hf_fp32(tokens, device):
 
 
 # Two classic RMSNorm backward bugs, in plain torch, to show that the gate catches them.
-class _DroppedProjection(torch.autograd.Function):
-    """dx without the -x_hat * mean(w * dy * x_hat) term."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return weight * (x * rstd)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        return dy * weight * rstd, (dy * x * rstd).reshape(-1, x.shape[-1]).sum(0), None
+_DroppedProjection = MissingProjectionTerm
 
 
 class _MissingRstd(_DroppedProjection):

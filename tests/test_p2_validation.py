@@ -7,22 +7,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import rmsnorm_validation as validation
-
-
-class MissingProjectionTerm(torch.autograd.Function):
-    """A plausible wrong backward: dx = w * dy * rstd, forgetting the -x_hat * c term."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return weight * (x * rstd)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        dw = (dy * x * rstd).reshape(-1, x.shape[-1]).sum(0)
-        return weight * dy * rstd, dw, None
+from broken_backwards import MissingProjectionTerm
 
 
 def test_gradcheck_passes(device):
