@@ -97,4 +97,4 @@ def test_deploy_needs_cpu_gpu_and_strict_build():
     assert "workflow_call" in gpu["on"] and "pull_request" not in gpu["on"]
     gpu_job = gpu["jobs"]["gpu-suite"]
     assert {"self-hosted", "gpu"} <= set(gpu_job["runs-on"])
-    assert any("scripts/test.sh --gpu" in s.get("run", "") for s in gpu_job["steps"])
+    assert any(".ci/test.sh --gpu" in s.get("run", "") for s in gpu_job["steps"])

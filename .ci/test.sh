@@ -7,10 +7,10 @@
 #      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
 #      browser check (headless Debian chromium; screenshots in artifacts/screenshots/)
 #
-#   ./scripts/test.sh            CPU: kernels run under the Triton interpreter
-#   ./scripts/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
+#   ./.ci/test.sh            CPU: kernels run under the Triton interpreter
+#   ./.ci/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
 #                                kernel tests at real sizes; no browser check
-# Extra arguments after the mode go to pytest, e.g. ./scripts/test.sh -- -k rmsnorm
+# Extra arguments after the mode go to pytest, e.g. ./.ci/test.sh -- -k rmsnorm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the docs dependencies (no torch) into .venv and serve the site on
-# http://127.0.0.1:8000 with live reload.   Usage: ./scripts/serve.sh [mkdocs serve options]
+# http://127.0.0.1:8000 with live reload.   Usage: ./.ci/serve.sh [mkdocs serve options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
