@@ -249,6 +249,14 @@ def _eager_table(data):
     return common.md_table(headers, rows) + "\n" + note + "\n\n" + common.env_line(data["environment"]) + "\n"
 
 
+def _short_label(shape):
+    """Axis label: the hidden size, or q/k plus the transposed-dy marker for 128-wide rows."""
+    if shape["width"] != 128:
+        return f"H={shape['width']}"
+    kind = "q_norm" if shape["rows"] >= 16384 * 32 else "k_norm"
+    return kind + (" (dyᵀ)" if shape["dy_layout"] == "heads_transposed" else "")
+
+
 def _bandwidth_plot(data):
     plt = common.plot_style()
     res = data["results"]
@@ -263,7 +271,7 @@ def _bandwidth_plot(data):
                    label=LABELS[name], color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
         ax.axhline(res["copy"]["gbps"], color="#D98F92", linestyle="--", linewidth=1.2)
         ax.text(len(shapes) - 0.5, res["copy"]["gbps"], " copy", va="bottom", ha="right", color="#D98F92")
-        ax.set_xticks(range(len(shapes)), [s["label"].replace(" ", "\n", 1) for s in shapes], fontsize=8)
+        ax.set_xticks(range(len(shapes)), [_short_label(s) for s in shapes], fontsize=8, rotation=30, ha="right")
         ax.set_title(f"RMSNorm {title}, bf16")
     axes[0].set_ylabel("effective bandwidth (GB/s, minimum bytes)")
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))

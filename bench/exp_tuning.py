@@ -146,18 +146,21 @@ def _table(data):
 
 
 def _plot(data):
+    """Forward panels on top, backward panels below; three widths per row."""
     plt = common.plot_style()
     entries = data["results"]
-    fig, axes = plt.subplots(2, len(entries), figsize=(3.2 * len(entries), 6.2), squeeze=False)
-    for col, e in enumerate(entries):
-        ax = axes[0][col]
+    ncols = 3
+    group_rows = -(-len(entries) // ncols)
+    fig, axes = plt.subplots(2 * group_rows, ncols, figsize=(11, 3.0 * 2 * group_rows), squeeze=False)
+    for index, e in enumerate(entries):
+        ax = axes[index // ncols][index % ncols]
         for nw in sorted({x["num_warps"] for x in e["fwd"]}):
             pts = sorted((x["block_rows"], e["fwd_bytes"] / (x["us"] * 1e3)) for x in e["fwd"] if x["num_warps"] == nw)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"num_warps={nw}")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"forward, H={e['width']}", fontsize=9)
-        ax.set_xlabel("BLOCK_ROWS (rows per program)")
-        ax = axes[1][col]
+        ax.set_title(f"forward, {e['rows']}×{e['width']}", fontsize=9)
+        ax.set_xlabel("BLOCK_ROWS (rows per program)", fontsize=8)
+        ax = axes[group_rows + index // ncols][index % ncols]
         for ppsm in sorted({x["programs_per_sm"] for x in e["bwd"]}):
             best = {}
             for x in e["bwd"]:
@@ -167,13 +170,17 @@ def _plot(data):
             ax.plot([p[0] for p in pts], [e["bwd_bytes"] / (p[1] * 1e3) for p in pts], marker="s",
                     label=f"{ppsm} programs/SM")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"backward, H={e['width']} (best num_warps)", fontsize=9)
-        ax.set_xlabel("BLOCK_ROWS (rows per program)")
-    axes[0][0].set_ylabel("GB/s (minimum bytes)")
-    axes[1][0].set_ylabel("GB/s (minimum bytes)")
-    axes[0][-1].legend(fontsize=8)
-    axes[1][-1].legend(fontsize=8)
-    fig.suptitle(f"{data['environment'].get('gpu') or 'CPU'}, bf16: RMSNorm launch configurations", fontsize=9)
+        ax.set_title(f"backward, {e['rows']}×{e['width']} (best num_warps)", fontsize=9)
+        ax.set_xlabel("BLOCK_ROWS (rows per program)", fontsize=8)
+    for row in range(2 * group_rows):
+        axes[row][0].set_ylabel("GB/s (minimum bytes)")
+    for index in range(len(entries), group_rows * ncols):  # unused panels
+        axes[index // ncols][index % ncols].set_visible(False)
+        axes[group_rows + index // ncols][index % ncols].set_visible(False)
+    axes[0][0].legend(fontsize=7)
+    axes[group_rows][0].legend(fontsize=7)
+    fig.suptitle(f"{data['environment'].get('gpu') or 'CPU'}, bf16: RMSNorm launch configurations (higher is better)",
+                 fontsize=9)
     fig.tight_layout()
     return common.svg_of(fig)
 
