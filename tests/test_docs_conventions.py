@@ -150,7 +150,12 @@ def test_palette_is_defined_once_and_agrees_everywhere():
 # ------------------------------------------------------------------ the mkdocs hook
 
 def test_hook_escapes_mermaid_source_once():
-    from hooks.mermaid_source import escape_mermaid_sources
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mermaid_source", docs_tools.ROOT / "docs" / "hooks" / "mermaid_source.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    escape_mermaid_sources = hook.escape_mermaid_sources
 
     page = '<p>a<br/>b</p><pre class="mermaid"><code>A["x<br/>y"] --> B & C</code></pre>'
     out = escape_mermaid_sources(page)
