@@ -212,11 +212,11 @@ def _table(data, phase):
     res = data["results"]
     copy = res["copy"]["gbps"]
     names = [n for n in CONTENDERS if any(n in s[phase] for s in res["shapes"])]
-    headers = ["shape"] + [f"{LABELS[n]} µs" for n in names] + ["this kernel GB/s", "% of copy"]
+    headers = ["shape"] + [LABELS[n] for n in names] + ["GB/s (ours)", "% of copy"]
     # Only comparable when the copy was timed the same way (CUDA graph) as the kernels.
     same_size = phase == "fwd" and all("calls_per_graph" in x["copy_same_bytes"] for x in res["shapes"])
     headers += ["% of same-size copy"] if same_size else []
-    headers += ["vs best peer"]
+    headers += ["best peer ÷ ours"]
     rows = []
     for s in res["shapes"]:
         ours = s[phase]["triton"]
@@ -228,7 +228,7 @@ def _table(data, phase):
             row += [f"{100 * ours['gbps'] / s['copy_same_bytes']['gbps']:.0f}%"]
         row += [f"{peers[best_name] / ours['median_us']:.2f}× ({LABELS[best_name]})"]
         rows.append(row)
-    copy_line = (f"*Copy ceiling: a device-to-device copy moving {res['copy']['bytes'] / 2**30:.0f} GiB (read + write) ran at "
+    copy_line = (f"*Times in µs per call. Copy ceiling: a device-to-device copy moving {res['copy']['bytes'] / 2**30:.0f} GiB (read + write) ran at "
                  f"{copy:,.0f} GB/s (read + write). Bytes counted: "
                  + ("read x + write y." if phase == "fwd" else "forward (read x, write y) + backward (read x, dy; write dx).")
                  + " GPU time per call: median of CUDA-graph replays over rotating input sets (no L2 reuse, no host"
