@@ -5,7 +5,7 @@
 For a few row widths it times the production forward kernel over a grid of
 (BLOCK_ROWS, num_warps), the backward over (BLOCK_ROWS, num_warps, programs
 per SM), records what ``triton.autotune`` picks for the forward from the same
-candidates, and what the shipped heuristic ``launch_config`` chooses.
+candidates, and what the shipped heuristics ``forward_config`` / ``backward_config`` choose.
 """
 from __future__ import annotations
 
