@@ -175,12 +175,17 @@ def forward_config(n_cols: int) -> tuple[int, int, int]:
 
 
 def backward_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward."""
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward, from the H200 sweep.
+
+    Narrow rows are latency-bound: small tiles and many resident programs per SM
+    keep more loads in flight. Wide rows want one row per program and 8 warps.
+    """
     block_cols = triton.next_power_of_2(n_cols)
-    block_rows = max(1, 4096 // block_cols)
-    num_warps = 4 if block_cols <= 1024 else 8
-    programs_per_sm = 2 if block_rows * block_cols <= 4096 else 1
-    return block_rows, block_cols, num_warps, programs_per_sm
+    if block_cols <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
+        return 1024 // block_cols, block_cols, 4, 8
+    if block_cols <= 2048:  # hidden 1024..2048: a tile of 2048 elements
+        return max(1, 2048 // block_cols), block_cols, 4, 4
+    return 1, block_cols, 8, 2 if block_cols <= 4096 else 1
 
 
 @functools.lru_cache(maxsize=None)
