@@ -23,11 +23,12 @@ def try_symbolic_trace(module: torch.nn.Module):
 def describe_failure(error: Exception) -> str:
     """'ErrorType: message' plus the last model-code line (outside torch) the trace reached."""
     message = (str(error).strip().splitlines() or [""])[0].split(". ")[0][:80]
+    torch_dir = pathlib.Path(torch.__file__).parent
     where = ""
     frame = error.__traceback__
     while frame is not None:
         filename = frame.tb_frame.f_code.co_filename
-        if "/torch/" not in filename.replace("\\", "/"):
+        if not pathlib.Path(filename).is_relative_to(torch_dir):  # skip torch's own frames
             line = linecache.getline(filename, frame.tb_lineno).strip()
             where = f" at {pathlib.Path(filename).name}:{frame.tb_lineno}: {line}"
         frame = frame.tb_next

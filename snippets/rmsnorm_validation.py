@@ -1,6 +1,6 @@
 """The three checks a hand-written backward must pass before it goes into training (篇2 §5.6).
 
-0. Forward, bf16: within one ulp of HF's Qwen3RMSNorm (same cast order).
+0. Forward, bf16: x_hat within one ulp of HF's Qwen3RMSNorm (same cast order).
 1. gradcheck in float64: the analytic backward equals finite differences.
 2. At the training dtype (bf16), against HF's Qwen3RMSNorm: y, dx and dw are
    no further from an fp64 reference than HF's own result is.
@@ -29,12 +29,17 @@ def bf16_ulp_distance(a, b):
     return (line(a) - line(b)).abs()
 
 
-def forward_vs_hf(shape, device):
-    """(max ulp distance, fraction of bit-identical outputs): Triton forward vs HF Qwen3RMSNorm, bf16."""
+def forward_vs_hf(shape, device, weight_std=0.1):
+    """(max ulp distance, fraction of bit-identical outputs): Triton forward vs HF Qwen3RMSNorm, bf16.
+
+    weight = 1 + weight_std * N(0, 1); weight_std=0 is Qwen3's initial weight of ones, where the
+    output is x_hat itself. With other weights a 1-ulp difference in x_hat can become 2 ulp of
+    y = x_hat * w when y falls into a lower binade than x_hat.
+    """
     x = torch.randn(shape, device=device, dtype=torch.bfloat16)
     hf = Qwen3RMSNorm(shape[-1], eps=EPS).to(device=device, dtype=torch.bfloat16)
     with torch.no_grad():
-        hf.weight.copy_(1 + 0.1 * torch.randn(shape[-1], device=device))
+        hf.weight.copy_(1 + weight_std * torch.randn(shape[-1], device=device))
         expected, ours = hf(x), rms_norm(x, hf.weight, EPS)
     assert ours.dtype == expected.dtype == torch.bfloat16
     distance = bf16_ulp_distance(ours, expected)
@@ -117,10 +122,12 @@ if __name__ == "__main__":
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     on_gpu = device == "cuda"
-    # Same cast order as HF: at most 1 ulp apart on a GPU (the CPU interpreter truncates: up to 3).
-    max_ulp, identical = forward_vs_hf((4, 2048, 4096) if on_gpu else (4, 8, 256), device)
-    assert max_ulp <= (1 if on_gpu else 3)
-    print(f"forward vs HF: max {max_ulp} ulp, {100 * identical:.2f}% bit-identical")
+    # Same cast order as HF. On a GPU: x_hat (unit weight) at most 1 ulp apart, y = x_hat * w
+    # at most 2; the CPU interpreter truncates fp32 -> bf16 instead of rounding: one ulp more.
+    for weight_std, max_allowed in ((0.0, 1), (0.1, 2)):
+        max_ulp, identical = forward_vs_hf((4, 2048, 4096) if on_gpu else (4, 8, 256), device, weight_std)
+        assert max_ulp <= max_allowed + (0 if on_gpu else 1) and (identical > 0.999 or not on_gpu)
+        print(f"forward vs HF, weight 1 + {weight_std} N(0,1): max {max_ulp} ulp, {100 * identical:.2f}% bit-identical")
     check_gradcheck(device, [(3, 5, 64), (70, 128), (3, 4096)] if on_gpu else [(2, 8), (2, 2, 16)])
     # The interpreter truncates fp32 -> bf16 instead of rounding: allow it more slack on CPU.
     slack = 1.5 if on_gpu else 3.0

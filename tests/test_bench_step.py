@@ -16,7 +16,7 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 HF_NODES_FP32 = {"PowBackward0", "MeanBackward1", "AddBackward0", "RsqrtBackward0", "MulBackward0"}
 
 
-def _model(norm_cls=None):
+def _model(norm_cls=None, device="cpu"):
     config = tiny_qwen3_config(use_cache=False)
     undo = patch_qwen3_rmsnorm(norm_cls) if norm_cls else None
     try:
@@ -25,12 +25,12 @@ def _model(norm_cls=None):
     finally:
         if undo:
             undo()
-    return model, 4 * config.num_hidden_layers + 1
+    return model.to(device), 4 * config.num_hidden_layers + 1
 
 
-def _profile(model, annotate=True):
-    batch = torch.randint(0, model.config.vocab_size, (2, 16))
-    return exp_step.profile_rmsnorm(model, [batch], 1, annotate=annotate, on_gpu=False)
+def _profile(model, annotate=True, on_gpu=False):
+    batch = torch.randint(0, model.config.vocab_size, (2, 16), device=next(model.parameters()).device)
+    return exp_step.profile_rmsnorm(model, [batch], 1, annotate=annotate, on_gpu=on_gpu)
 
 
 def test_hf_norms_forward_ranges_and_backward_nodes():
@@ -44,9 +44,9 @@ def test_hf_norms_forward_ranges_and_backward_nodes():
     assert profile["rmsnorm_ms"] < profile["device_ms"]
 
 
-def test_triton_norms_are_one_backward_node_each():
-    model, n_norms = _model(TritonQwen3RMSNorm)
-    profile = _profile(model)
+def test_triton_norms_are_one_backward_node_each(device, on_gpu):
+    model, n_norms = _model(TritonQwen3RMSNorm, device)  # Triton needs the backend's device
+    profile = _profile(model, on_gpu=on_gpu)
     assert profile["annotated_ranges"] == n_norms
     assert profile["backward_node_names"] == ["TritonRMSNormFunctionBackward"]
     assert profile["backward_nodes"] == n_norms

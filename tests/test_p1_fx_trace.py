@@ -51,6 +51,18 @@ def test_describe_failure_names_the_model_line():
     assert "second sentence" not in text
 
 
+def test_describe_failure_finds_model_code_in_a_venv_named_torch():
+    """Model code under e.g. /opt/torch/.venv/.../transformers is not torch's own code."""
+    namespace = {}
+    exec(compile("def forward():\n    raise TypeError('cannot iterate')\n",
+                 "/opt/torch/.venv/lib/site-packages/transformers/modeling_fake.py", "exec"), namespace)
+    try:
+        namespace["forward"]()
+    except TypeError as error:
+        text = describe_failure(error)
+    assert "modeling_fake.py:2" in text
+
+
 @pytest.mark.parametrize("layers", [1, 3])
 def test_exported_model_holds_one_pattern_per_module(layers):
     torch.manual_seed(0)
