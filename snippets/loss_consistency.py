@@ -7,6 +7,7 @@ The only difference is the RMSNorm class that modeling_qwen3 builds.
 Data needs no download: byte-level tokens over CPython's own standard-library
 sources, which exist wherever Python is installed.
 """
+import math
 import pathlib
 import sysconfig
 
@@ -82,17 +83,27 @@ def train_step(model, optimizer, batch, lr: float, autocast_dtype=None) -> torch
     return loss.detach()
 
 
+def cosine_lr(step: int, steps: int, lr: float, warmup: int, final_ratio: float = 0.1) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``final_ratio * lr`` at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - 1 - warmup)
+    return lr * (final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def train_lockstep(models, tokens, starts, seq_len: int, lr: float, warmup: int = 20,
                    autocast_dtype=None, log_every: int = 0):
     """Train every model on the same batches, step by step; returns one list of losses per model.
 
-    ``tokens`` should already be on the models' device.
+    ``tokens`` should already be on the models' device. The learning rate decays to a tenth,
+    as in a real run: at a constant rate the last steps' losses keep fluctuating by about lr,
+    so two correct runs would end further apart than the precision difference under test.
     """
     optimizers = [torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0) for m in models]
     losses = [[] for _ in models]
     for step, step_starts in enumerate(starts):
         batch = get_batch(tokens, step_starts, seq_len)
-        step_lr = lr * min(1.0, (step + 1) / warmup)  # linear warm-up, then constant
+        step_lr = cosine_lr(step, len(starts), lr, warmup)
         for model, optimizer, history in zip(models, optimizers, losses):
             history.append(train_step(model, optimizer, batch, step_lr, autocast_dtype))
         if log_every and (step + 1) % log_every == 0:
