@@ -3,7 +3,9 @@
 HF's Qwen3RMSNorm and the Triton one (under the interpreter on CPU) train in
 lockstep from the same weights on the same stdlib byte batches; the run must
 pass the same gate as the GPU experiment. Two deliberately wrong RMSNorm
-backwards must fail it, so the gate is shown to have teeth at this size.
+backwards must fail it, so the gate is shown to have teeth at this size. The lr
+is high (1e-2) so that 24 steps are enough: at 3e-3 the missing-rstd bug ended
+0.55 % from HF with torch 2.13 and 0.03 % with torch 2.11, i.e. inside the noise.
 
 What it cannot see: a bug confined to dW (e.g. dW left at zero) changes a
 24-step loss by well under the gate (0.1 % here); dW is covered by the kernel's
@@ -21,7 +23,7 @@ from qwen3_configs import tiny_qwen3_config
 from qwen3_patch import count_modules
 from rmsnorm_triton import TritonQwen3RMSNorm
 
-STEPS, BATCH, SEQ_LEN, LR, WARMUP, FINAL_WINDOW = 24, 4, 32, 3e-3, 5, 5
+STEPS, BATCH, SEQ_LEN, LR, WARMUP, FINAL_WINDOW = 24, 4, 32, 1e-2, 5, 5
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +74,9 @@ def test_triton_rmsnorm_training_matches_hf_fp32(tokens, device):
     assert hf_losses[-1] < hf_losses[0] - 0.5, "the model must actually learn in these steps"
     gate = loss_gate(hf_losses, triton_losses, final_window=FINAL_WINDOW)
     assert gate["passed"], gate
-    # fp32 on both sides: only summation order differs, far tighter than the gate.
-    assert gate["max_rel_diff"] < 1e-4, gate
+    # fp32 on both sides: only summation order differs; at this lr the trajectories amplify
+    # it to about 0.2 % at worst, still far inside the 5 % step limit that the bugs below break.
+    assert gate["max_rel_diff"] < 1e-2, gate
 
 
 # Two classic RMSNorm backward bugs, in plain torch, to show that the gate catches them.
