@@ -208,9 +208,29 @@ def rstd_choice(device, dtype, quick):
 
 # ---------------------------------------------------------------- rendering
 
+def copy_ceiling(res) -> dict:
+    """The fastest copy of the run: the 4 GiB one, or a same-size copy timed the same way.
+
+    Inside a CUDA graph the 4 GiB copy ran at only ~2.7 TB/s on the H200 (commit aeb7b6f)
+    while the 67-335 MB copies of the same run reached ~4.2 TB/s; an eager 4 GiB copy
+    reached 4.25 TB/s in run 3. The ceiling is the best copy actually measured.
+    """
+    graph_timed = "calls_per_graph" in res["copy"]
+    copies = [{"gbps": res["copy"]["gbps"], "bytes": res["copy"]["bytes"]}]
+    copies += [{"gbps": s["copy_same_bytes"]["gbps"], "bytes": s["bytes_fwd"]} for s in res["shapes"]
+               if graph_timed and "calls_per_graph" in s["copy_same_bytes"]]
+    best = max(copies, key=lambda c: c["gbps"])
+    return best | {"large_copy_gbps": res["copy"]["gbps"], "large_copy_bytes": res["copy"]["bytes"]}
+
+
+def _size(nbytes):
+    return f"{nbytes / 2**30:.0f} GiB" if nbytes >= 2**30 else f"{nbytes / 1e6:.0f} MB"
+
+
 def _table(data, phase):
     res = data["results"]
-    copy = res["copy"]["gbps"]
+    ceiling = copy_ceiling(res)
+    copy = ceiling["gbps"]
     names = [n for n in CONTENDERS if any(n in s[phase] for s in res["shapes"])]
     headers = ["shape"] + [LABELS[n] for n in names] + ["GB/s (ours)", "% of copy"]
     # Only comparable when the copy was timed the same way (CUDA graph) as the kernels.
@@ -228,8 +248,13 @@ def _table(data, phase):
             row += [f"{100 * ours['gbps'] / s['copy_same_bytes']['gbps']:.0f}%"]
         row += [f"{peers[best_name] / ours['median_us']:.2f}× ({LABELS[best_name]})"]
         rows.append(row)
-    copy_line = (f"*Times in µs per call. Copy ceiling: a device-to-device copy moving {res['copy']['bytes'] / 2**30:.0f} GiB (read + write) ran at "
-                 f"{copy:,.0f} GB/s (read + write). Bytes counted: "
+    if ceiling["bytes"] == ceiling["large_copy_bytes"]:
+        copy_text = f"a device-to-device copy moving {_size(ceiling['bytes'])} ran at {copy:,.0f} GB/s (read + write)"
+    else:
+        copy_text = (f"the fastest device-to-device copy of this run, {_size(ceiling['bytes'])} at {copy:,.0f} GB/s "
+                     f"(read + write), timed like the kernels; the {_size(ceiling['large_copy_bytes'])} copy reached "
+                     f"only {ceiling['large_copy_gbps']:,.0f} GB/s inside a CUDA graph")
+    copy_line = (f"*Times in µs per call. Copy ceiling: {copy_text}. Bytes counted: "
                  + ("read x + write y." if phase == "fwd" else "forward (read x, write y) + backward (read x, dy; write dx).")
                  + " GPU time per call: median of CUDA-graph replays over rotating input sets (no L2 reuse, no host"
                 " overhead), bf16.*")
@@ -269,8 +294,9 @@ def _bandwidth_plot(data):
             values = [s[phase][name]["gbps"] if name in s[phase] else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
                    label=LABELS[name], color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
-        ax.axhline(res["copy"]["gbps"], color="#D98F92", linestyle="--", linewidth=1.2)
-        ax.text(len(shapes) - 0.5, res["copy"]["gbps"], " copy", va="bottom", ha="right", color="#D98F92")
+        ceiling = copy_ceiling(res)["gbps"]
+        ax.axhline(ceiling, color="#D98F92", linestyle="--", linewidth=1.2)
+        ax.text(len(shapes) - 0.5, ceiling, " copy", va="bottom", ha="right", color="#D98F92")
         ax.set_xticks(range(len(shapes)), [_short_label(s) for s in shapes], fontsize=8, rotation=30, ha="right")
         ax.set_title(f"RMSNorm {title}, bf16")
     axes[0].set_ylabel("effective bandwidth (GB/s, minimum bytes)")
@@ -301,8 +327,8 @@ def render(data: dict) -> dict[str, str]:
 
 def print_summary(payload):
     res = payload["results"]
-    copy = res["copy"]["gbps"]
-    print(f"copy: {copy:,.0f} GB/s")
+    copy = copy_ceiling(res)["gbps"]
+    print(f"copy ceiling: {copy:,.0f} GB/s (4 GiB copy: {res['copy']['gbps']:,.0f} GB/s)")
     for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
         print(f"\n{phase}: µs (GB/s, % copy)")
         for s in res["shapes"]:

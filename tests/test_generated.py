@@ -378,3 +378,18 @@ def test_fixtures_pass_the_data_checks():
         assert record["config"]["quick"] is True
         problems = check_record(record, "h200")
         assert "a --quick smoke run is not data" in problems, path
+
+
+def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
+    from bench.exp_rmsnorm import copy_ceiling
+
+    def shape(nbytes, gbps, graph=True):
+        return {"bytes_fwd": nbytes, "copy_same_bytes": {"gbps": gbps} | ({"calls_per_graph": 12} if graph else {})}
+
+    graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
+                 "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
+    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8,
+                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32}
+    # A large copy timed eagerly (no CUDA graph) is not compared with graph-timed small copies.
+    eager_run = {"copy": {"gbps": 4250.0, "bytes": 2**32}, "shapes": [shape(10**8, 4400.0, graph=False)]}
+    assert copy_ceiling(eager_run)["gbps"] == 4250.0
