@@ -231,7 +231,8 @@ def _ceilings_table(data):
         ["memory bandwidth (device-to-device copy, read + write)", f"{copy['gbps']:,.0f} GB/s",
          f"{copy['bytes'] / 2**20:,.0f} MiB moved in {common.fmt(copy['median_us'])} µs"],
         [f"{matmul['dtype']} matmul throughput", f"{common.fmt(matmul['tflops'])} TFLOP/s",
-         f"{m}×{k} @ {k}×{n} in {common.fmt(matmul['median_us'])} µs"],
+         f"{m}×{k} @ {k}×{n} in {common.fmt(matmul['median_us'])} µs (one shape, one run: a practical "
+         f"ceiling, not the peak; other GEMMs can run faster)"],
         ["ridge point = throughput / bandwidth", f"{common.fmt(r['ridge_flop_per_byte'])} FLOP/byte",
          "below it an op is memory-bound"],
     ]
