@@ -212,7 +212,7 @@ def copy_ceiling(res) -> dict:
     """The fastest copy of the run: the 4 GiB one, or a same-size copy timed the same way.
 
     Inside a CUDA graph the 4 GiB copy ran at only ~2.7 TB/s on the H200 (commit aeb7b6f)
-    while the 67-335 MB copies of the same run reached ~4.2 TB/s; an eager 4 GiB copy
+    while the 67-336 MB copies of the same run reached 3.4-4.2 TB/s; an eager 4 GiB copy
     reached 4.25 TB/s in run 3. The ceiling is the best copy actually measured.
     """
     graph_timed = "calls_per_graph" in res["copy"]
