@@ -22,13 +22,13 @@ EPS = 1e-6
 @contextlib.contextmanager
 def forced_config(block_rows, num_warps, programs_per_sm=1):
     """Temporarily replace the shipped launch heuristics in rmsnorm_triton."""
-    import triton
 
     import rmsnorm_triton
 
     original = rmsnorm_triton.forward_config, rmsnorm_triton.backward_config
-    rmsnorm_triton.forward_config = lambda n: (block_rows, triton.next_power_of_2(n), num_warps)
-    rmsnorm_triton.backward_config = lambda n: (block_rows, triton.next_power_of_2(n), num_warps, programs_per_sm)
+    rmsnorm_triton.forward_config = lambda n: (block_rows, rmsnorm_triton.column_blocks(n)[0], num_warps)
+    rmsnorm_triton.backward_config = lambda n: (block_rows, rmsnorm_triton.column_blocks(n)[0], num_warps,
+                                                programs_per_sm)
     try:
         yield
     finally:
@@ -66,7 +66,8 @@ def _autotune_pick(x, w, candidates, quick):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     tuned[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
         x, w, y, rstd, n_rows, n_cols, EPS, 0.0, 1, n_rows, 0, 0, n_cols,
-        BLOCK_COLS=triton.next_power_of_2(n_cols), COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
+        BLOCK_COLS=rmsnorm_triton.column_blocks(n_cols)[0], TAIL_COLS=rmsnorm_triton.column_blocks(n_cols)[1],
+        COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
     )
     best = tuned.best_config
     return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}

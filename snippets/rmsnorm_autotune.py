@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rmsnorm_triton import _compute_dtype, check_inputs, rms_norm_fwd_kernel, rows_layout, split_eps
+from rmsnorm_triton import _compute_dtype, check_inputs, column_blocks, rms_norm_fwd_kernel, rows_layout, split_eps
 
 MAX_TILE = 16384  # values per program held in registers
 
@@ -43,10 +43,11 @@ def rms_norm_forward_autotuned(x, weight, eps=1e-6):
     y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float64 if compute == tl.float64 else torch.float32, device=x.device)
     (x,), (size1, size2), (strides,) = rows_layout(x)
+    block_cols, tail_cols = column_blocks(n_cols)
     kernel = autotuned_fwd_kernel()
     kernel[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
         x, weight, y, rstd, n_rows, n_cols, *split_eps(eps, compute), size1, size2, *strides,
-        BLOCK_COLS=triton.next_power_of_2(n_cols), COMPUTE_DTYPE=compute,
+        BLOCK_COLS=block_cols, TAIL_COLS=tail_cols, COMPUTE_DTYPE=compute,
     )
     return y, kernel.best_config
 # --8<-- [end:autotune]

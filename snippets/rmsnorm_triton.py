@@ -48,45 +48,61 @@ def _inv_rms(mean_square_plus_eps, COMPUTE_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _load_tile(X, offsets, cols, row_mask, n_cols):
+    # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+    return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE: tl.constexpr):
+    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
+    y = x_hat * w[None, :]
+    y_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # Y is contiguous
+    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty), mask=row_mask[:, None] & (cols < n_cols)[None, :])
+
+
+@triton.jit
 def rms_norm_fwd_kernel(
     X, W, Y, RSTD,
     n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,  # a power of two; the whole row if TAIL_COLS == 0
+    TAIL_COLS: tl.constexpr,  # 0, or a smaller power of two for columns past BLOCK_COLS
     COMPUTE_DTYPE: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    cols = tl.arange(0, BLOCK_COLS)
     row_mask = rows < n_rows
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
-
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
-    x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0).to(COMPUTE_DTYPE)
+
+    # All loads are issued before the row reduction waits on them.
+    cols = tl.arange(0, BLOCK_COLS)
+    x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+    if TAIL_COLS > 0:  # e.g. 2560 = 2048 + 512 instead of one 4096-wide block
+        tail_cols = BLOCK_COLS + tl.arange(0, TAIL_COLS)
+        x_tail = _load_tile(X, x_offsets, tail_cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
 
-    mean_square = tl.sum(x * x, axis=1) / n_cols
-    rstd = _inv_rms(mean_square + eps + eps_low, COMPUTE_DTYPE)
-    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
-    y = x_hat * w[None, :]
+    sum_squares = tl.sum(x * x, axis=1)
+    if TAIL_COLS > 0:
+        sum_squares += tl.sum(x_tail * x_tail, axis=1)
+    rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
 
-    y_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # Y is contiguous
-    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty), mask=mask)
+    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE)
+    if TAIL_COLS > 0:
+        _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols, COMPUTE_DTYPE)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 # --8<-- [end:fwd_kernel]
 
 
 # --8<-- [start:bwd_kernel]
 @triton.jit
-def _load_rows(X, DY, rows, cols, n_rows, n_cols, size1, size2,
-               x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2):
-    # Raw (input-dtype) x and dy of a row tile; rows past the end are masked off.
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
-    dy_offsets = _row_offsets(rows, size1, size2, dy_stride0, dy_stride1, dy_stride2)
-    x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0)
-    dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0)
-    return x, dy
+def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols):
+    dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
+    dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
+    tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
 
 @triton.jit
@@ -96,6 +112,7 @@ def rms_norm_bwd_kernel(
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    TAIL_COLS: tl.constexpr,
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
     RECOMPUTE_RSTD: tl.constexpr,
@@ -103,46 +120,80 @@ def rms_norm_bwd_kernel(
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    w = tl.load(W + cols, mask=col_mask, other=0.0).to(COMPUTE_DTYPE)
+    w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
     # dW accumulates element-wise per (row slot, column); the sum over row slots
     # happens once at the end, not once per tile (no cross-warp reduction in the loop).
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    if TAIL_COLS > 0:
+        tail_cols = BLOCK_COLS + tl.arange(0, TAIL_COLS)
+        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        dw_acc_tail = tl.zeros([BLOCK_ROWS, TAIL_COLS], dtype=COMPUTE_DTYPE)
 
     # Persistent loop over tiles program, program + n_programs, ... The loads of
     # the next tile are issued before the math of the current one (prefetch),
     # so each program keeps two tiles of memory traffic in flight.
     rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    x_next, dy_next = _load_rows(X, DY, rows_next, cols, n_rows, n_cols, size1, size2,
-                                   x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+    x_offsets = _row_offsets(rows_next, size1, size2, x_stride0, x_stride1, x_stride2)
+    dy_offsets = _row_offsets(rows_next, size1, size2, dy_stride0, dy_stride1, dy_stride2)
+    x_next = _load_tile(X, x_offsets, cols, rows_next < n_rows, n_cols)
+    dy_next = _load_tile(DY, dy_offsets, cols, rows_next < n_rows, n_cols)
+    if TAIL_COLS > 0:
+        x_tail_next = _load_tile(X, x_offsets, tail_cols, rows_next < n_rows, n_cols)
+        dy_tail_next = _load_tile(DY, dy_offsets, tail_cols, rows_next < n_rows, n_cols)
     for _ in range(tiles_per_program):
-        rows, x_raw, dy_raw = rows_next, x_next, dy_next
+        rows = rows_next
+        if TAIL_COLS > 0:
+            # Two-block rows: converting this tile before issuing the next tile's loads
+            # was the faster schedule in the H200 sweep (PERF_LOG, run 5).
+            x, dy = x_next.to(COMPUTE_DTYPE), dy_next.to(COMPUTE_DTYPE)
+            x_tail, dy_tail = x_tail_next.to(COMPUTE_DTYPE), dy_tail_next.to(COMPUTE_DTYPE)
+        else:
+            x_raw, dy_raw = x_next, dy_next
         rows_next = rows + n_programs * BLOCK_ROWS
-        x_next, dy_next = _load_rows(X, DY, rows_next, cols, n_rows, n_cols, size1, size2,
-                                   x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+        x_offsets = _row_offsets(rows_next, size1, size2, x_stride0, x_stride1, x_stride2)
+        dy_offsets = _row_offsets(rows_next, size1, size2, dy_stride0, dy_stride1, dy_stride2)
+        x_next = _load_tile(X, x_offsets, cols, rows_next < n_rows, n_cols)
+        dy_next = _load_tile(DY, dy_offsets, cols, rows_next < n_rows, n_cols)
+        if TAIL_COLS > 0:
+            x_tail_next = _load_tile(X, x_offsets, tail_cols, rows_next < n_rows, n_cols)
+            dy_tail_next = _load_tile(DY, dy_offsets, tail_cols, rows_next < n_rows, n_cols)
+        else:
+            # One-block rows: the next loads are in flight before we wait for this tile.
+            x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
 
         row_mask = rows < n_rows
-        x = x_raw.to(COMPUTE_DTYPE)
-        dy = dy_raw.to(COMPUTE_DTYPE)
         if RECOMPUTE_RSTD:  # costs a row reduction; saves 4 bytes per row of memory
-            rstd = _inv_rms(tl.sum(x * x, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
+            sum_squares = tl.sum(x * x, axis=1)
+            if TAIL_COLS > 0:
+                sum_squares += tl.sum(x_tail * x_tail, axis=1)
+            rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
 
+        # dx = rstd * (w*dy - x_hat * mean(w*dy * x_hat)), the mean over the whole row
         x_hat = x * rstd[:, None]
         wdy = w[None, :] * dy
-        c = tl.sum(wdy * x_hat, axis=1) / n_cols
-        dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
-        dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
-        tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+        dot = tl.sum(wdy * x_hat, axis=1)
+        if TAIL_COLS > 0:
+            x_hat_tail = x_tail * rstd[:, None]
+            wdy_tail = w_tail[None, :] * dy_tail
+            dot += tl.sum(wdy_tail * x_hat_tail, axis=1)
+        c = dot / n_cols
+        _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols)
+        if TAIL_COLS > 0:
+            _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, rows, tail_cols, row_mask, n_cols)
 
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
-            x_hat_rounded = x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
-            dw_acc += dy * x_hat_rounded  # masked rows contribute zeros
+            dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # masked rows add zeros
+            if TAIL_COLS > 0:
+                dw_acc_tail += dy_tail * x_hat_tail.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
 
     if COMPUTE_DW:
-        tl.store(DW_PARTIAL + program.to(tl.int64) * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+        partial = DW_PARTIAL + program.to(tl.int64) * n_cols
+        tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
+        if TAIL_COLS > 0:
+            tl.store(partial + tail_cols, tl.sum(dw_acc_tail, axis=0), mask=tail_cols < n_cols)
 # --8<-- [end:bwd_kernel]
 
 
@@ -164,28 +215,56 @@ def dw_reduce_kernel(
 
 
 # --8<-- [start:launch_config]
+def column_blocks(n_cols: int) -> tuple[int, int]:
+    """(BLOCK_COLS, TAIL_COLS): how a row is split into power-of-two blocks.
+
+    Triton blocks are powers of two. Padding 2560 to 4096 leaves 37.5% of the
+    lanes (and their registers) idle, so such a row is a block plus a smaller
+    tail block: 2560 = 2048 + 512, 5120 = 4096 + 1024. The split is used only when
+    it saves at least a quarter of the lanes.
+    """
+    block_cols = triton.next_power_of_2(n_cols)
+    head = block_cols // 2
+    tail = triton.next_power_of_2(max(n_cols - head, 1))
+    if block_cols > 256 and n_cols != block_cols and tail <= head // 2:
+        return head, tail
+    return block_cols, 0
+
+
 def forward_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_ROWS, BLOCK_COLS, num_warps) of the forward, from the H200 sweep (篇2 §七).
 
-    A tile of at least 2048 elements per program: one row when rows are wide,
-    16 rows of 128 for q_norm/k_norm.
+    Narrow rows: several rows per program, a tile of 2048 elements, 4 warps
+    (16 rows of 128 for q_norm/k_norm). Rows of 2048 to 5120: one row per program
+    and 2 warps won at every Qwen3 width; wider rows need more warps for registers.
     """
-    block_cols = triton.next_power_of_2(n_cols)
-    return max(1, 2048 // block_cols), block_cols, 4
+    block_cols, tail_cols = column_blocks(n_cols)
+    lanes = block_cols + tail_cols
+    if lanes < 2048:
+        return 2048 // block_cols, block_cols, 4
+    return 1, block_cols, 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
 
 
 def backward_config(n_cols: int) -> tuple[int, int, int, int]:
     """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward, from the H200 sweep.
 
     Narrow rows are latency-bound: small tiles and many resident programs per SM
-    keep more loads in flight. Wide rows want one row per program and 8 warps.
+    keep more loads in flight. Power-of-two rows of 4096+ want one row per program
+    and 8 warps; two-block rows (2560, 5120) a tile of about 5000 elements on 4 warps,
+    2 programs per SM. Rows past 8192 need 32 warps to hold x, dy and the dW
+    accumulator in registers.
     """
-    block_cols = triton.next_power_of_2(n_cols)
-    if block_cols <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
+    block_cols, tail_cols = column_blocks(n_cols)
+    lanes = block_cols + tail_cols
+    if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
         return 1024 // block_cols, block_cols, 4, 8
-    if block_cols <= 2048:  # hidden 1024..2048: a tile of 2048 elements
+    if lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
         return max(1, 2048 // block_cols), block_cols, 4, 4
-    return 1, block_cols, 8, 2 if block_cols <= 4096 else 1
+    if lanes > 8192:
+        return 1, block_cols, 32, 1
+    if tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
+        return max(1, 4096 // block_cols), block_cols, 4 if lanes <= 5120 else 8, 2
+    return 1, block_cols, 8, 2 if lanes <= 4096 else 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -284,7 +363,8 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
         x, weight, y, rstd, n_rows, n_cols, *split_eps(eps, compute),
         size1, size2, *x_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, num_warps=num_warps,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, TAIL_COLS=column_blocks(n_cols)[1],
+        COMPUTE_DTYPE=compute, num_warps=num_warps,
     )
     return y, rstd
 # --8<-- [end:fwd_wrapper]
@@ -317,7 +397,8 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float |
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
         n_rows, n_cols, *split_eps(eps or 0.0, compute), triton.cdiv(n_tiles, n_programs),
         size1, size2, *x_strides, *dy_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, TAIL_COLS=column_blocks(n_cols)[1],
+        COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
         RECOMPUTE_RSTD=rstd is None, num_warps=num_warps,
     )
     if compute_dw:

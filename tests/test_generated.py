@@ -388,8 +388,12 @@ def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
 
     graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
                  "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
-    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8,
-                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32}
+    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph",
+                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32,
+                                      "large_copy_timer": "CUDA graph"}
+    # The same 4 GiB copy timed eagerly, when faster, is the ceiling.
+    with_eager = graph_run | {"copy": graph_run["copy"] | {"eager": {"gbps": 4240.0}}}
+    assert copy_ceiling(with_eager)["gbps"] == 4240.0 and copy_ceiling(with_eager)["timer"] == "eager"
     # A large copy timed eagerly (no CUDA graph) is not compared with graph-timed small copies.
     eager_run = {"copy": {"gbps": 4250.0, "bytes": 2**32}, "shapes": [shape(10**8, 4400.0, graph=False)]}
     assert copy_ceiling(eager_run)["gbps"] == 4250.0

@@ -77,8 +77,10 @@ def run_triton(x, w, eps, dy, weight_grad=True):
 
 def shapes(on_gpu):
     if on_gpu:
-        return [(4, 512, 4096), (2048, 1024), (3, 1000, 2560), (64, 4, 32, 128), (4097, 5120), (17, 16384), (1, 7)]
-    return [(3, 5, 128), (4, 96), (2, 3, 200), (37, 128), (1, 7)]
+        return [(4, 512, 4096), (2048, 1024), (3, 1000, 2560), (64, 4, 32, 128), (4097, 5120), (17, 16384),
+                (33, 1536), (9, 12288), (1, 7)]
+    # 300, 1025 and 2560 take the block + tail path (256 + 64, 1024 + 1, 2048 + 512)
+    return [(3, 5, 128), (4, 96), (2, 3, 200), (37, 128), (1, 7), (3, 300), (2, 1025), (2, 2560)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -326,13 +328,26 @@ def test_forward_only_variant_matches(device):
     assert rel_err(module.weight.grad, ref_dw) < REL_TOL[torch.bfloat16]
 
 
+def is_power_of_two(n):
+    return n >= 1 and n & (n - 1) == 0
+
+
 def test_launch_configs_cover_qwen3_widths():
-    for n_cols in (128, 1024, 2048, 2560, 4096, 5120, 16384, 7):
-        block_rows, block_cols, num_warps = rmsnorm_triton.forward_config(n_cols)
-        assert block_cols >= n_cols and block_cols & (block_cols - 1) == 0
-        assert block_rows >= 1 and num_warps in (1, 2, 4, 8, 16, 32)
-        block_rows, block_cols, num_warps, programs_per_sm = rmsnorm_triton.backward_config(n_cols)
-        assert block_cols >= n_cols and block_rows >= 1 and programs_per_sm >= 1
+    for n_cols in list(range(1, 4100)) + [5120, 12288, 16383, 16384]:
+        block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
+        assert is_power_of_two(block_cols) and block_cols + tail_cols >= n_cols, n_cols
+        if tail_cols:  # a real saving: fewer lanes than one padded block, tail past the last full block
+            assert is_power_of_two(tail_cols) and tail_cols <= block_cols // 2 and block_cols < n_cols
+            assert block_cols + tail_cols <= 0.75 * (2 * block_cols)
+        else:
+            assert block_cols == 1 << (n_cols - 1).bit_length() if n_cols > 1 else block_cols == 1
+        block_rows, fwd_cols, num_warps = rmsnorm_triton.forward_config(n_cols)
+        assert fwd_cols == block_cols and block_rows >= 1 and num_warps in (1, 2, 4, 8, 16, 32)
+        block_rows, bwd_cols, num_warps, programs_per_sm = rmsnorm_triton.backward_config(n_cols)
+        assert bwd_cols == block_cols and block_rows >= 1 and programs_per_sm >= 1
+    assert rmsnorm_triton.column_blocks(2560) == (2048, 512)  # Qwen3-4B
+    assert rmsnorm_triton.column_blocks(5120) == (4096, 1024)  # Qwen3-14B / 32B
+    assert rmsnorm_triton.column_blocks(4096) == (4096, 0) and rmsnorm_triton.column_blocks(128) == (128, 0)
     assert rmsnorm_triton.forward_config(128)[0] > 1  # narrow rows: many per program
     assert rmsnorm_triton.backward_config(128)[0] > 1
 
@@ -348,28 +363,45 @@ def test_fp64_eps_is_exact(device):
     assert high + low == 1e-3 and rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float32)[1] == 0.0
 
 
+def sweep_cases(n_cases=320, seed=2026):
+    """The randomized sweep's cases, drawn once in a fixed order: (case, dtype, width, rows, eps, layout, heads, scale)."""
+    rng = random.Random(seed)
+    # includes widths on the block + tail path: 300, 1536, 2560, 3000, 5120, 6144, 12288
+    widths = [128, 1024, 2048, 2560, 4096, 5120, 64, 96, 200, 300, 1000, 1536, 3000, 6144, 8192, 12288, 16384, 1, 17]
+    return [(case, rng.choice(DTYPES), rng.choice(widths), rng.choice([1, 3, 64, 255, 1024, 4099]),
+             rng.choice([1e-6, 1e-5, 1e-3]), rng.choice(["contiguous", "rows_strided", "heads_transposed"]),
+             rng.choice([2, 4, 8]), rng.choice([0.01, 1.0, 30.0])) for case in range(n_cases)]
+
+
+SWEEP_CHUNKS = 4  # run in parallel under pytest-xdist
+
+
+def test_sweep_cases_cover_dtypes_layouts_and_tail_widths():
+    cases = sweep_cases()
+    assert {c[1] for c in cases} == set(DTYPES)
+    assert {c[5] for c in cases} == {"contiguous", "rows_strided", "heads_transposed"}
+    tail_widths = {c[2] for c in cases if rmsnorm_triton.column_blocks(c[2])[1]}
+    assert {2560, 5120, 12288} <= tail_widths
+    assert sum(len(cases[k::SWEEP_CHUNKS]) for k in range(SWEEP_CHUNKS)) == len(cases)
+
+
 @pytest.mark.gpu
-def test_randomized_sweep_against_fp64():  # pragma: gpu only
-    """300+ random cases: shapes, dtypes, strides, eps."""
-    rng = random.Random(2026)
-    widths = [128, 1024, 2048, 2560, 4096, 5120, 64, 96, 200, 1000, 3000, 8192, 16384, 1, 17]
+@pytest.mark.parametrize("chunk", range(SWEEP_CHUNKS))
+def test_randomized_sweep_against_fp64(chunk):  # pragma: gpu only
+    """320 random cases in all (4 chunks of 80): shapes, dtypes, strides, eps."""
+    cases = sweep_cases()
+    assert len(cases) >= 300
     failures = []
-    for case in range(320):
-        dtype = rng.choice(DTYPES)
-        n_cols = rng.choice(widths)
-        n_rows = rng.choice([1, 3, 64, 255, 1024, 4099])
-        eps = rng.choice([1e-6, 1e-5, 1e-3])
-        layout = rng.choice(["contiguous", "rows_strided", "heads_transposed"])
+    for case, dtype, n_cols, n_rows, eps, layout, heads, scale in cases[chunk::SWEEP_CHUNKS]:
         gen = torch.Generator().manual_seed(case)
         if layout == "rows_strided":
             base = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)
             x = base[:, 1]
         elif layout == "heads_transposed":
-            heads = rng.choice([2, 4, 8])
             x = torch.randn(2, heads, max(1, n_rows // 8), n_cols, generator=gen, dtype=torch.float64).transpose(1, 2)
         else:
             x = torch.randn(n_rows, n_cols, generator=gen, dtype=torch.float64)
-        x = (x * rng.choice([0.01, 1.0, 30.0])).to(dtype).cuda()
+        x = (x * scale).to(dtype).cuda()
         w = (torch.randn(n_cols, generator=gen, dtype=torch.float64) + 1).to(dtype).cuda()
         dy = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
         y, dx, dw = run_triton(x, w, eps, dy)
