@@ -99,6 +99,15 @@ def rms_norm_fwd_kernel(
 
 # --8<-- [start:bwd_kernel]
 @triton.jit
+def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides):
+    # x and dy of one column block of a row tile, in their own dtype.
+    x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2])
+    dy_offsets = _row_offsets(rows, size1, size2, strides[3], strides[4], strides[5])
+    return (_load_tile(X, x_offsets, cols, rows < n_rows, n_cols),
+            _load_tile(DY, dy_offsets, cols, rows < n_rows, n_cols))
+
+
+@triton.jit
 def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols):
     dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
     dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
@@ -133,13 +142,10 @@ def rms_norm_bwd_kernel(
     # the next tile are issued before the math of the current one (prefetch),
     # so each program keeps two tiles of memory traffic in flight.
     rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    x_offsets = _row_offsets(rows_next, size1, size2, x_stride0, x_stride1, x_stride2)
-    dy_offsets = _row_offsets(rows_next, size1, size2, dy_stride0, dy_stride1, dy_stride2)
-    x_next = _load_tile(X, x_offsets, cols, rows_next < n_rows, n_cols)
-    dy_next = _load_tile(DY, dy_offsets, cols, rows_next < n_rows, n_cols)
+    strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+    x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols, size1, size2, strides)
     if TAIL_COLS > 0:
-        x_tail_next = _load_tile(X, x_offsets, tail_cols, rows_next < n_rows, n_cols)
-        dy_tail_next = _load_tile(DY, dy_offsets, tail_cols, rows_next < n_rows, n_cols)
+        x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows, n_cols, size1, size2, strides)
     for _ in range(tiles_per_program):
         rows = rows_next
         if TAIL_COLS > 0:
@@ -150,13 +156,9 @@ def rms_norm_bwd_kernel(
         else:
             x_raw, dy_raw = x_next, dy_next
         rows_next = rows + n_programs * BLOCK_ROWS
-        x_offsets = _row_offsets(rows_next, size1, size2, x_stride0, x_stride1, x_stride2)
-        dy_offsets = _row_offsets(rows_next, size1, size2, dy_stride0, dy_stride1, dy_stride2)
-        x_next = _load_tile(X, x_offsets, cols, rows_next < n_rows, n_cols)
-        dy_next = _load_tile(DY, dy_offsets, cols, rows_next < n_rows, n_cols)
+        x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols, size1, size2, strides)
         if TAIL_COLS > 0:
-            x_tail_next = _load_tile(X, x_offsets, tail_cols, rows_next < n_rows, n_cols)
-            dy_tail_next = _load_tile(DY, dy_offsets, tail_cols, rows_next < n_rows, n_cols)
+            x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows, n_cols, size1, size2, strides)
         else:
             # One-block rows: the next loads are in flight before we wait for this tile.
             x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
