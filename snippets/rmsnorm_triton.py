@@ -10,8 +10,8 @@ promotion of (input, weight), as HF's does.
 * Backward: a persistent grid. Each program walks a strided set of row tiles,
   writes dX, and keeps its dW partial sum in registers; a second tiny kernel
   adds the partials in a fixed order. Deterministic, no atomics.
-* Inputs may be strided views with up to three leading dims (e.g. a transposed
-  (B, T, heads, 128) gradient) as long as the last dim is contiguous.
+* Non-power-of-two rows: a power-of-two block + a smaller tail (2560 = 2048 + 512).
+  Strided views with up to three leading dims (transposed q/k grads) need no copy.
 
 Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
