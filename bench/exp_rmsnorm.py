@@ -341,7 +341,7 @@ def print_summary(payload):
     res = payload["results"]
     copy = copy_ceiling(res)["gbps"]
     print(f"copy ceiling: {copy:,.0f} GB/s (4 GiB copy: {res['copy']['gbps']:,.0f} GB/s in a CUDA graph, "
-          f"{res['copy'].get('eager', {}).get('gbps', 0):,.0f} GB/s eager)")
+          f"{res['copy']['eager']['gbps']:,.0f} GB/s eager)")
     for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
         print(f"\n{phase}: µs (GB/s, % copy)")
         for s in res["shapes"]:

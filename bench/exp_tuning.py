@@ -64,10 +64,10 @@ def _autotune_pick(x, w, candidates, quick):
     n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
     tuned[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
         x, w, y, rstd, n_rows, n_cols, EPS, 0.0, 1, n_rows, 0, 0, n_cols,
-        BLOCK_COLS=rmsnorm_triton.column_blocks(n_cols)[0], TAIL_COLS=rmsnorm_triton.column_blocks(n_cols)[1],
-        COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
+        BLOCK_COLS=block_cols, TAIL_COLS=tail_cols, COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
     )
     best = tuned.best_config
     return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}
