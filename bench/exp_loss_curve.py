@@ -180,7 +180,6 @@ def run(args) -> dict:
 
 def render(data: dict) -> dict[str, str]:
     cfg, results = data["config"], data["results"]
-    env = common.env_line(data["environment"])
     f = common.fmt
     rows = []
     for variant in cfg["variants"]:
@@ -205,7 +204,7 @@ def render(data: dict) -> dict[str, str]:
             f"{100 * cfg['gate']['final_rtol']:g}% of HF, or within twice the control's final-loss difference when "
             f"that is larger (the limit column), every step within {100 * cfg['gate']['step_rtol']:g}% "
             f"of HF, all finite. Control: a correct RMSNorm that rounds once.*")
-    return {"loss_curve.md": table + "\n" + note + "\n\n" + env + "\n", "loss_curve.svg": _plot(data)}
+    return {"loss_curve.md": table + "\n" + note + "\n", "loss_curve.svg": _plot(data)}
 
 
 def _plot(data: dict) -> str:

@@ -270,7 +270,7 @@ def _table(data, phase):
                  + ("read x + write y." if phase == "fwd" else "forward (read x, write y) + backward (read x, dy; write dx).")
                  + " GPU time per call: median of CUDA-graph replays over rotating input sets (no L2 reuse, no host"
                 " overhead), bf16.*")
-    return common.md_table(headers, rows) + "\n" + copy_line + "\n\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(headers, rows) + "\n" + copy_line + "\n"
 
 
 def _eager_table(data):
@@ -283,7 +283,7 @@ def _eager_table(data):
                                     for n in names])
     note = ("*Forward + backward per eager call in µs (do_bench median, L2 flushed): "
             "GPU time plus whatever the host adds (Python, autograd, launches) when it is the slower side.*")
-    return common.md_table(headers, rows) + "\n" + note + "\n\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(headers, rows) + "\n" + note + "\n"
 
 
 def _short_label(shape):
@@ -324,7 +324,7 @@ def _rstd_table(data):
         rows.append([f"{r['rows']}×{r['width']}", common.fmt(r["saved_us"]), common.fmt(r["recomputed_us"]),
                      f"{r['recomputed_us'] / r['saved_us']:.2f}×", f"{r['rstd_bytes'] / 2**20:.2f} MiB"])
     headers = ["backward shape", "saved rstd µs", "recomputed rstd µs", "recompute / saved", "rstd memory"]
-    return common.md_table(headers, rows) + "\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(headers, rows)
 
 
 def render(data: dict) -> dict[str, str]:

@@ -489,7 +489,6 @@ def _config_line(data: dict) -> str:
 
 def render(data: dict) -> dict[str, str]:
     rows = _summary(data)
-    env = common.env_line(data["environment"])
     f = common.fmt
 
     step_rows = []
@@ -522,10 +521,10 @@ def render(data: dict) -> dict[str, str]:
     skipped = [f"- {r['label']}: {r['status']} ({r['reason']})" for r in rows if r["status"] != "ok"]
     notes = ("\n" + "\n".join(skipped) + "\n") if skipped else ""
     return {
-        "step_time.md": step_table + "\n" + _config_line(data) + "\n\n" + env + "\n" + notes,
+        "step_time.md": step_table + "\n" + _config_line(data) + "\n" + notes,
         "step_rmsnorm_share.md": share_table + "\n" + _config_line(data) + "\n\n"
         + "*RMSNorm time from one profiled step: kernels inside each norm module's forward range plus the backward "
-        "nodes linked to them by autograd sequence number; compiled tiers by kernel name.*\n\n" + env + "\n",
+        "nodes linked to them by autograd sequence number; compiled tiers by kernel name.*\n",
         "step_time.svg": _plot(rows, data),
     }
 

@@ -143,7 +143,7 @@ def _table(data):
         ])
     headers = ["rows×H", "fwd best (rows / warps)", "autotune pick", "shipped heuristic fwd",
                "fwd worst / best", "bwd best (rows / warps / per SM)", "shipped heuristic bwd"]
-    return common.md_table(headers, rows, "lllllll") + "\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(headers, rows, "lllllll")
 
 
 def _plot(data):
