@@ -6,16 +6,23 @@
 * :func:`expand` runs the pymdownx.snippets preprocessor on one page.
 * :func:`fences` finds fenced code blocks the way pytest-codeblocks does
   (backtick fences, nesting by fence length), keeping the full info string.
+* :func:`built_site` builds the site once per test process (``mkdocs build --strict``)
+  for every test that reads the HTML (browser check, hooks).
 * :func:`normalise_python_fences` rewrites ```` ```python title="x" ```` to
   ```` ```python ```` because pytest-codeblocks only collects the exact info string.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import os
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -138,3 +145,25 @@ def normalise_python_fences(text: str) -> tuple[str, dict[int, Fence]]:
             lines[fence.lineno - 1] = f"{fence.indent}{fence.ticks}python"
             found[fence.lineno] = fence
     return "\n".join(lines), found
+
+
+class BuildFailed(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def built_site() -> pathlib.Path:
+    """A fresh strict build of the site in a temporary folder, once per process (removed at exit).
+
+    Raises :class:`BuildFailed` with the last lines of the build output.
+    """
+    site = pathlib.Path(tempfile.mkdtemp(prefix="site-"))
+    atexit.register(shutil.rmtree, site, ignore_errors=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise BuildFailed(f"mkdocs build --strict failed (last lines):\n{tail}")
+    return site

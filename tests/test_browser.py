@@ -2,6 +2,9 @@
 
 Fails on: a JavaScript error, a mermaid diagram that is not an SVG (or is mermaid's
 error picture), and any request to a host other than the local test server.
+At a desktop (1280x800) and a phone (390x844) viewport, fails on any table, code block,
+image or diagram wider than the content column, and on a table that scrolls sideways;
+a code block may scroll sideways on the phone only.
 Screenshots of every page, light and dark, go to artifacts/screenshots/.
 
 Uses Debian's /usr/bin/chromium through Python playwright (no browser download).
@@ -15,11 +18,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 import threading
 import urllib.parse
 
 import pytest
+
+import docs_tools
 
 pytestmark = pytest.mark.browser
 
@@ -79,6 +83,66 @@ INSPECT_DIAGRAMS = """
 """
 
 
+# One entry per element that does not fit the content column (all <details> opened first).
+INSPECT_OVERFLOW = """
+(allowCodeScroll) => {
+  for (const d of document.querySelectorAll("article details")) d.open = true;
+  const column = document.querySelector("article.md-content__inner");
+  const style = getComputedStyle(column);
+  const width = column.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const text = (el) => (el.textContent || el.getAttribute("alt") || el.getAttribute("src") || "")
+    .replace(/\\s+/g, " ").trim().slice(0, 80);
+  const probe = document.createElement("code");
+  probe.textContent = "0".repeat(100);
+  probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre;padding:0";
+  const firstCode = column.querySelector("pre > code");
+  (firstCode ? firstCode.parentElement : column).appendChild(probe);
+  const charWidth = probe.getBoundingClientRect().width / 100;
+  probe.remove();
+  const contentWidth = (el) => {
+    const s = getComputedStyle(el);
+    return el.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+  };
+  const longest = (el) => Math.max(0, ...el.textContent.split("\\n").map((l) => l.length));
+  const out = [];
+  const report = (kind, el, what) => out.push({ kind, what, text: text(el) });
+  const tooWide = (el) => Math.max(el.scrollWidth, el.getBoundingClientRect().width) > width + 1;
+  const scrolls = (el) => el.scrollWidth > el.clientWidth + 1;
+  for (const table of column.querySelectorAll("table")) {
+    const wrap = table.closest(".md-typeset__scrollwrap") || table.parentElement;
+    const columns = table.rows.length ? table.rows[0].cells.length : 0;
+    if (tooWide(table)) report("table", table, `${columns} columns, ${table.scrollWidth}px wide, column ${Math.round(width)}px`);
+    else if (scrolls(wrap) || scrolls(table)) report("table", table, `${columns} columns, scrolls sideways (${wrap.scrollWidth}px in ${wrap.clientWidth}px)`);
+  }
+  // On a phone Material draws code blocks edge to edge (negative side margins): there a
+  // code block may be as wide as the viewport, and may scroll inside.
+  const codeLimit = allowCodeScroll ? window.innerWidth : width;
+  for (const pre of column.querySelectorAll("pre:not(.mermaid)")) {
+    const code = pre.querySelector("code") || pre;
+    const box = pre.getBoundingClientRect();
+    if (box.width > codeLimit + 1 || box.left < -1 || box.right > window.innerWidth + 1) {
+      report("code block", pre, `${Math.round(box.width)}px wide, allowed ${Math.round(codeLimit)}px`);
+    } else if (!allowCodeScroll && (scrolls(code) || scrolls(pre))) {
+      report("code block", pre, `scrolls sideways: longest line ${longest(code)} characters, `
+        + `${Math.floor(contentWidth(code) / charWidth)} fit (${code.scrollWidth}px in ${code.clientWidth}px)`);
+    }
+  }
+  for (const img of column.querySelectorAll("img")) {
+    if (tooWide(img)) report("image", img, `${Math.round(img.getBoundingClientRect().width)}px wide, column ${Math.round(width)}px`);
+  }
+  for (const div of column.querySelectorAll("div.mermaid")) {
+    const svg = (div.shadowRoot || div).querySelector("svg");
+    if (svg && svg.getBoundingClientRect().width > width + 1) report("diagram", div, `${Math.round(svg.getBoundingClientRect().width)}px wide, column ${Math.round(width)}px`);
+    else if (scrolls(div)) report("diagram", div, `scrolls sideways (${div.scrollWidth}px in ${div.clientWidth}px)`);
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > window.innerWidth + 1) out.push({ kind: "page", what: `scrolls sideways (${page.scrollWidth}px in ${window.innerWidth}px)`, text: "" });
+  return out;
+}
+"""
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+
 def _chromium_or_skip():
     if pathlib.Path(CHROMIUM).exists():
         return CHROMIUM
@@ -89,17 +153,12 @@ def _chromium_or_skip():
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory) -> pathlib.Path:
-    """A fresh strict build of the site (the same command as the README)."""
-    site = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
-        pytest.fail(f"mkdocs build --strict failed (last lines):\n{tail}", pytrace=False)
-    return site
+def built_site() -> pathlib.Path:
+    """A fresh strict build of the site (the same command as the README), shared with the other docs tests."""
+    try:
+        return docs_tools.built_site()
+    except docs_tools.BuildFailed as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -209,6 +268,43 @@ def test_pages_render_offline(browser, server, built_site, scheme):
         report += [f"{path} ({scheme}): {problem}" for problem in problems]
     if report:
         pytest.fail("browser check failed:\n  " + "\n  ".join(report), pytrace=False)
+
+
+def _wait_for_diagrams(page, site: pathlib.Path, path: str) -> None:
+    expected = (site / path.lstrip("/") / "index.html").read_text(encoding="utf-8").count('class="mermaid"')
+    if expected:
+        page.wait_for_function(
+            "n => document.querySelectorAll('pre.mermaid').length === 0"
+            " && document.querySelectorAll('div.mermaid').length >= n",
+            arg=expected, timeout=RENDER_TIMEOUT_MS,
+        )
+    page.wait_for_load_state("networkidle")
+
+
+def overflow_problems(browser, server: str, site: pathlib.Path, viewport: str) -> list[str]:
+    """Everything wider than the content column, page by page, at one viewport (light scheme)."""
+    context = browser.new_context(color_scheme="light", viewport=VIEWPORTS[viewport], service_workers="block")
+    context.add_init_script(OPEN_SHADOW_ROOTS)
+    report = []
+    try:
+        for path in site_pages(site):
+            page = context.new_page()
+            page.goto(server + path, wait_until="load")
+            _wait_for_diagrams(page, site, path)
+            for item in page.evaluate(INSPECT_OVERFLOW, viewport == "phone"):
+                report.append(f"{path} ({viewport}) {item['kind']}: {item['what']}: {item['text']!r}")
+            page.close()
+    finally:
+        context.close()
+    return report
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_nothing_wider_than_the_column(browser, server, built_site, viewport):
+    report = overflow_problems(browser, server, built_site, viewport)
+    if report:
+        pytest.fail(f"{len(report)} element(s) do not fit the content column:\n  " + "\n  ".join(report),
+                    pytrace=False)
 
 
 def test_chinese_search_finds_pages(browser, server):

@@ -9,6 +9,9 @@ pytest-codeblocks' ``extract_from_buffer`` finds the blocks and their markers:
 * ``<!--pytest-codeblocks:expected-output-->`` compares stdout with the next fence;
 * ``<!--pytest-codeblocks:importorskip(module)-->``.
 
+Every block (GPU-only ones too, which a CPU run skips) is also checked with pyflakes:
+a name that is used but never defined or imported fails, with page, line and includes.
+
 Fences may carry a caption, ```` ```python title="snippets/x.py" ````: the info string
 is normalised to ``python`` before extraction (pytest-codeblocks collects only the
 exact word). Every block runs alone, from a file of its own in a fresh folder, as
@@ -17,6 +20,7 @@ blocks are not executed.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import io
@@ -26,6 +30,8 @@ import sys
 import traceback
 
 import pytest
+from pyflakes import checker as pyflakes_checker
+from pyflakes import messages as pyflakes_messages
 from pytest_codeblocks.main import CodeBlock, extract_from_buffer
 
 import docs_tools
@@ -144,6 +150,37 @@ def test_codeblock(doc_block: DocBlock, tmp_path, monkeypatch):
             pytest.fail(f"{doc_block.where}: printed output differs from the page.\n"
                         f"--- expected (on the page)\n{block.expected_output}"
                         f"--- actual\n{stdout.getvalue()}", pytrace=False)
+
+
+UNDEFINED = (pyflakes_messages.UndefinedName, pyflakes_messages.UndefinedExport)
+
+
+def undefined_names(code: str, filename: str = "<block>") -> list[str]:
+    """pyflakes' undefined-name messages for ``code`` ("line N: undefined name 'x'"); other messages pass."""
+    try:
+        tree = ast.parse(code, filename=filename)
+    except SyntaxError as error:
+        return [f"line {error.lineno}: syntax error: {error.msg}"]
+    found = pyflakes_checker.Checker(tree, filename=filename).messages
+    return [f"line {m.lineno}: {m.message % m.message_args}"
+            for m in sorted(found, key=lambda m: m.lineno) if isinstance(m, UNDEFINED)]
+
+
+@pytest.mark.parametrize("doc_block", [pytest.param(p.values[0], id=p.id) for p in BLOCKS])
+def test_codeblock_names_are_defined(doc_block: DocBlock):
+    """Static check that also covers blocks skipped here (GPU only): every name is defined or imported."""
+    problems = undefined_names(doc_block.block.code)
+    if problems:
+        pytest.fail(f"{doc_block.where}: the block as a reader copies it (joined with the blocks it "
+                    f"continues) uses names it never defines:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def test_undefined_name_check():
+    assert undefined_names("y = torch.ones(3)\n") == ["line 1: undefined name 'torch'"]
+    assert undefined_names("import torch\ny = torch.ones(3)\n") == []
+    assert undefined_names("import os\nimport os\n") == []  # unused / redefined: not this check's business
+    assert undefined_names("__all__ = ['missing']\n") == ["line 1: undefined name 'missing' in __all__"]
+    assert undefined_names("def f(:\n")[0].startswith("line 1: syntax error")
 
 
 def pathlib_safe(page: str) -> str:

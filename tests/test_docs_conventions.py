@@ -4,6 +4,8 @@
   of files under snippets/ (a single line is the one exception). Python under another
   info string (``py``, ``python3``, ``pycon``, a ``~~~`` fence) is refused, because the
   docs code-block test would never run it.
+* Includes name a section (``"snippets/x.py:name"``), never a line range
+  (``"file:12:40"``, ``"file:12"``): a range silently shifts when the file changes.
 * Mermaid diagrams use the one HF pastel palette and only the classes it defines.
 * The palette is the same in docs/assets/stylesheets/palette.css,
   docs/assets/mermaid/hf-pastel.mmd and bench/common.py.
@@ -80,6 +82,45 @@ def test_inline_rule_catches_every_form():
     ])
     problems = inline_code_problems(page, "t.md")
     assert [p.split(":")[1] for p in problems] == ["14", "7", "11", "17"], problems
+
+
+# ------------------------------------------------------------------ named sections only
+
+LINE_RANGE = re.compile(r":[\d:,\s-]*\d[\d:,\s-]*$")  # file:12, file:12:40, file::40, file:1:3,5:6
+
+
+def line_range_includes(text: str, page: str) -> list[str]:
+    """Each ``--8<--`` include of ``text`` that selects lines by number instead of by section name."""
+    problems = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.lstrip().startswith(";"):  # ;--8<-- shows the include syntax, includes nothing
+            continue
+        for match in docs_tools.INCLUDE_TARGET.finditer(line):
+            if LINE_RANGE.search(match.group(1)):
+                problems.append(f"{page}:{lineno}: include '{match.group(1)}' selects lines by number; "
+                                "mark a section '# --8<-- [start:name]' ... '[end:name]' and include 'file:name'")
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_includes_name_sections(page):
+    problems = line_range_includes((docs_tools.ROOT / page).read_text(encoding="utf-8"), page)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+def test_line_range_rule():
+    text = "\n".join([
+        '--8<-- "snippets/a.py:part"',         # ok: a section
+        '--8<-- "snippets/a.py:fwd2"',         # ok: a section name with a digit
+        '--8<-- "docs/generated/t.md"',        # ok: a whole file
+        '--8<-- "snippets/a.py:12:40"',        # range
+        '    --8<-- "snippets/a.py:12"',       # one line, indented
+        "--8<-- 'snippets/a.py::40'",          # open start
+        ';--8<-- "snippets/a.py:1:3"',         # escaped: shown, not included
+        '--8<-- "snippets/a.py:1:3,5:6"',      # several ranges
+    ])
+    assert [p.split(":")[1] for p in line_range_includes(text, "t.md")] == ["4", "5", "6", "8"]
 
 
 # ------------------------------------------------------------------ mermaid palette

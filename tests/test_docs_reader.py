@@ -1,0 +1,222 @@
+"""Rules for the reader's edition of the two articles (the methods pages may say more).
+
+* Length: the Han characters of prose of each article stay under a limit
+  (``tests/prose_count.py``, limits in its ``LIMITS``).
+* No machinery: an article, with its includes expanded (code and generated tables too),
+  names no commit hash, log file, ``PERF_LOG``, ``pragma`` or ``CI``, and carries no HTML
+  comment other than the test markers (``pytest-codeblocks``, ``pytest.mark``) and
+  ``number-ok`` reasons.
+* The built site (one strict build per test run, ``docs_tools.built_site``):
+  no HTML comment inside any page's ``<article>`` (docs/hooks/strip_comments.py), and every
+  code block caption ``snippets/x.py…`` links to the complete file, served byte for byte
+  (docs/hooks/snippet_links.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+import docs_tools
+import prose_count
+
+ARTICLES = ["docs/qwen3-fusion.md", "docs/triton-rmsnorm.md"]
+
+# Words and marks an article must not show. Boundaries are ASCII-only: in Python a Han
+# character is a word character, so \b would miss "CI上".
+_NOT_ALNUM_BEFORE, _NOT_ALNUM_AFTER = r"(?<![0-9A-Za-z_])", r"(?![0-9A-Za-z_])"
+MACHINERY = {
+    "commit hash": re.compile(_NOT_ALNUM_BEFORE + r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}"
+                              + _NOT_ALNUM_AFTER),
+    "log file": re.compile(r"[^\s`'\"()（）]+\.log" + r"(?![0-9A-Za-z_(])"),
+    "PERF_LOG": re.compile(r"PERF_LOG"),
+    "pragma": re.compile(r"pragma", re.IGNORECASE),
+    "CI": re.compile(_NOT_ALNUM_BEFORE + r"CI" + _NOT_ALNUM_AFTER),
+    "HTML comment": re.compile(r"<!--(?!\s*(pytest-codeblocks:|pytest\.mark\.|number-ok:))"),
+}
+
+
+def machinery_hits(line: str) -> list[tuple[str, str]]:
+    """(kind, matched text) for each piece of machinery on one line."""
+    return [(kind, m.group(0)) for kind, pattern in MACHINERY.items() for m in pattern.finditer(line)]
+
+
+def machinery_report(text: str, page: str) -> list[str]:
+    """Every hit in ``text``, named by page line; lines from an include also name the include."""
+    report = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        target = docs_tools.INCLUDE_TARGET.search(line)
+        if target and not line.lstrip().startswith(";"):
+            try:
+                included = docs_tools.expand(line).split("\n")
+            except Exception:  # a missing include is test_page_expands' failure
+                included = docs_tools.expand(line, lenient=True).split("\n")
+            for k, part in enumerate(included, 1):
+                for kind, found in machinery_hits(part):
+                    report.append(f"{page}:{lineno} (via {target.group(1)}, line {k}): {kind} {found!r}: "
+                                  f"{part.strip()[:120]}")
+            continue
+        for kind, found in machinery_hits(line):
+            report.append(f"{page}:{lineno}: {kind} {found!r}: {line.strip()[:120]}")
+    return report
+
+
+# ------------------------------------------------------------------ length
+
+@pytest.mark.parametrize("page", ARTICLES)
+def test_article_prose_length(page):
+    count, limit = prose_count.count_page(docs_tools.ROOT / page), prose_count.LIMITS[page]
+    print(f"\n{page}: {count} Han characters of prose (limit {limit})")
+    if count > limit:
+        pytest.fail(f"{page}: {count} Han characters of prose, limit {limit} "
+                    f"({count - limit} over; python tests/prose_count.py {page})", pytrace=False)
+
+
+def test_every_article_has_a_limit():
+    assert sorted(prose_count.LIMITS) == sorted(ARTICLES)
+
+
+def test_prose_counter_counts_only_prose():
+    page = "\n".join([
+        "---", "title: 标题不算", "---",
+        "# 标题",                                        # 2
+        "正文一句。", "",                                  # 4
+        "!!! note \"注意\"", "    提示内容",                # 2 + 4
+        "```python", "# 代码注释", "```",
+        "````markdown", "```mermaid", "图中文字", "```", "````",
+        "~~~text", "输出", "~~~",
+        "| 表头 | 列 |", "|---|---|", "| 数据 | 值 |",
+        '--8<-- "docs/generated/表格.md"',
+        "<!-- 注释 -->", "<!--", "多行注释", "-->",
+        "见[链接文字](other.md#五反向)和![图注](generated/图.svg)。",  # 链接文字 见 和 图注 = 8
+        "[参考]: https://example.com/路径",
+        "网址 <https://example.com/路径> 不算。",            # 网址 不算 = 4
+    ])
+    assert prose_count.count_han(page) == 2 + 4 + 2 + 4 + 8 + 4
+    assert prose_count.count_han("abc 123, 〇、。（）") == 0  # ASCII and CJK punctuation are not Han
+    assert prose_count.count_han("    ```text\n    缩进的代码\n    ```\n后") == 1
+    assert prose_count.count_han("```\n未闭合的代码块") == 0
+
+
+def test_prose_counter_cli(capsys):
+    assert prose_count.main(["docs/qwen3-fusion.md"]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"docs/qwen3-fusion\.md: \d+ Han characters of prose \(limit 2900\)\n", out), out
+
+
+# ------------------------------------------------------------------ machinery
+
+@pytest.mark.parametrize("page", ARTICLES)
+def test_article_shows_no_machinery(page):
+    report = machinery_report((docs_tools.ROOT / page).read_text(encoding="utf-8"), page)
+    if report:
+        pytest.fail(f"{page} shows test/CI machinery to readers ({len(report)}):\n  " + "\n  ".join(report),
+                    pytrace=False)
+
+
+@pytest.mark.parametrize("line, kinds", [
+    ("数据来自 commit f1fc235 的运行", ["commit hash"]),
+    ("full hash 4a2f647e0b9c1d2e3f40516273849abcdef01234 here", ["commit hash"]),
+    ("在f1fc235上", ["commit hash"]),
+    ("见 run-5.log 与 bench/PERF_LOG.md", ["log file", "PERF_LOG"]),
+    ("x = 1  # pragma: gpu only", ["pragma"]),
+    ("CPU CI上跑", ["CI"]),
+    ("（torch 2.13，CI 用）", ["CI"]),
+    ("<!-- TODO: rewrite -->", ["HTML comment"]),
+    ("<!--pytest-codeblocks:cont-->", []),
+    ('<!--pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="GPU")-->', []),
+    ("带宽 4.8 TB/s <!-- number-ok: datasheet -->", []),
+    ("TRITON_INTERPRET=1 让 kernel 在 CPU 上跑", []),
+    ("deadbeef cafebabe 1234567 12345678", []),             # no digit / no letter
+    ("triton_red_fused_add_mean_mul_pow_rsqrt_0 sm90_xmma_gemm_bf16bf16 ampere_bf16_s16816gemm", []),
+    ("y = torch.log(x); logging.log(1); CIFAR CIs DCI", []),
+    ("#a8d8ea", []),
+])
+def test_machinery_matcher(line, kinds):
+    assert [kind for kind, _ in machinery_hits(line)] == kinds
+
+
+# ------------------------------------------------------------------ hooks and the built site
+
+def load_hook(name: str):
+    spec = importlib.util.spec_from_file_location(name, docs_tools.DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site():
+    try:
+        return docs_tools.built_site()
+    except docs_tools.BuildFailed as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+def built_pages(site) -> list:
+    return sorted(site.rglob("index.html"))
+
+
+def article_html(path) -> str:
+    text = path.read_text(encoding="utf-8")
+    match = re.search(r"<article\b.*?</article>", text, re.DOTALL)
+    assert match, f"{path}: no <article> element"
+    return match.group(0)
+
+
+def test_strip_comments_hook():
+    strip = load_hook("strip_comments").strip_html_comments
+    page = ('<p>带宽 4.8 TB/s <!-- number-ok: datasheet --></p>\n<!--pytest-codeblocks:cont-->\n'
+            '<!--\nmulti\nline -->\n<pre><code>&lt;!-- shown in code --&gt;</code></pre>')
+    assert strip(page) == '<p>带宽 4.8 TB/s </p>\n\n\n<pre><code>&lt;!-- shown in code --&gt;</code></pre>'
+
+
+def test_no_html_comment_in_built_articles(site):
+    problems = []
+    for path in built_pages(site):
+        html = article_html(path)
+        for match in re.finditer(r"<!--.{0,80}", html, re.DOTALL):
+            line = html.count("\n", 0, match.start()) + 1
+            problems.append(f"{path.relative_to(site)}: <article> line {line}: {match.group(0)!r}")
+    assert built_pages(site), "no page built"
+    if problems:
+        pytest.fail("HTML comments reached the site:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def test_caption_link_hook():
+    link = load_hook("snippet_links").link_captions
+    known = {"snippets/a.py": "../snippets/a.py"}
+    page = ('<span class="filename">snippets/a.py（用法）</span>'
+            '<span class="filename">snippets/gone.py</span>'
+            '<span class="filename">bench/x.py</span>')
+    assert link(page, known.get) == ('<span class="filename"><a href="../snippets/a.py">snippets/a.py（用法）</a></span>'
+                                     '<span class="filename">snippets/gone.py</span>'
+                                     '<span class="filename">bench/x.py</span>')
+
+
+CAPTION = re.compile(r'<span class="filename">(.*?)</span>', re.DOTALL)
+CAPTION_LINK = re.compile(r'<a href="([^"]+)">(snippets/([\w.-]+\.py)[^<]*)</a>')
+
+
+def test_captions_link_to_the_served_snippet(site):
+    problems, linked = [], 0
+    for path in built_pages(site):
+        for caption in CAPTION.findall(path.read_text(encoding="utf-8")):
+            match = CAPTION_LINK.fullmatch(caption)
+            if not caption.startswith("snippets/") and not match:
+                continue  # a caption that names no snippet
+            if not match:
+                problems.append(f"{path.relative_to(site)}: caption {caption!r} does not link to its file")
+                continue
+            href, _, name = match.groups()
+            target = (path.parent / href).resolve()
+            source = docs_tools.ROOT / "snippets" / name
+            if target != (site / "snippets" / name).resolve():
+                problems.append(f"{path.relative_to(site)}: caption {caption!r} links to {href}")
+            elif not target.is_file() or target.read_bytes() != source.read_bytes():
+                problems.append(f"{path.relative_to(site)}: {href} is missing or differs from snippets/{name}")
+            else:
+                linked += 1
+    assert not problems, "\n".join(problems)
+    assert linked >= 10, f"only {linked} caption links found"
