@@ -207,6 +207,11 @@ def render(data: dict) -> dict[str, str]:
     return {"loss_curve.md": table + "\n" + note + "\n", "loss_curve.svg": _plot(data)}
 
 
+PLOT_LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}
+PLOT_DIFFS = {"triton": "生产版 − HF", "control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）"}
+PLOT_VARIANTS = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}
+
+
 def _plot(data: dict) -> str:
     plt = common.plot_style()
     cfg, results = data["config"], data["results"]
@@ -220,25 +225,26 @@ def _plot(data: dict) -> str:
         losses = results[variant]["losses"]
         steps = list(range(1, len(losses["hf"]) + 1))
         top, bottom = axes[0][col], axes[1][col]
-        top.plot(steps, losses["hf"], color=colors["hf"], linewidth=1.6, label=LABELS["hf"])
-        top.plot(steps, losses["triton"], color=colors["triton"], linewidth=1.0, linestyle="--", label=LABELS["triton"])
-        top.set_title(VARIANT_LABELS.get(variant, variant), fontsize=10, color="#777777")
-        top.set_ylabel("training loss (nats per byte)")
+        top.plot(steps, losses["hf"], color=colors["hf"], linewidth=1.6, label=PLOT_LABELS["hf"])
+        top.plot(steps, losses["triton"], color=colors["triton"], linewidth=1.0, linestyle="--",
+                 label=PLOT_LABELS["triton"])
+        top.set_title(PLOT_VARIANTS.get(variant, variant), fontsize=10)
+        top.set_ylabel("训练 loss（nats/字节）")
         top.legend(fontsize=8)
         largest = 0.0
         for name in ("control", "triton"):
             rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
             largest = max([largest] + [abs(v) for v in rel if v == v])
-            bottom.plot(steps, rel, color=colors[name], linewidth=0.8, label=f"{LABELS[name]} − HF")
+            bottom.plot(steps, rel, color=colors[name], linewidth=0.8, label=PLOT_DIFFS[name])
         span = min(1.2 * limit, max(1.3 * largest, 0.01))
         if span >= limit:
             bottom.axhline(limit, color="#999999", linestyle=":", linewidth=1)
             bottom.axhline(-limit, color="#999999", linestyle=":", linewidth=1)
         bottom.set_ylim(-span, span)
-        bottom.set_ylabel("relative Δ vs HF (%)")
-        bottom.set_title(f"per-step (x − HF) / HF; gate ±{limit:g}%", fontsize=9, color="#777777")
-        bottom.set_xlabel("training step")
-        bottom.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+        bottom.set_ylabel("与 HF 的相对差（%）")
+        bottom.set_title(f"逐步相对差 (x − HF) / HF，阈值 ±{limit:g}%", fontsize=9)
+        bottom.set_xlabel("训练步数")
+        bottom.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
     return common.svg_of(fig)
 
 

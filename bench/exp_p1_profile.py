@@ -323,49 +323,99 @@ def _sweep_plot(data):
     tokens = [e["tokens"] for e in sweep]
     step_ms = [e["step"]["median_ms"] for e in sweep]
     busy_ms = [e["launch"]["busy_us"] / 1e3 for e in sweep]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot(tokens, step_ms, marker="o", color="#8AB0DB", label="step time (do_bench median)")
-    ax.plot(tokens, busy_ms, marker="s", color="#D98F92", label="GPU busy (union of kernels)")
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(tokens, step_ms, marker="o", color="#8AB0DB", label="step 时间（do_bench 中位数）")
+    ax.plot(tokens, busy_ms, marker="s", color="#D98F92", label="GPU 忙碌时间（kernel 区间的并集）")
     for t, s, b in zip(tokens, step_ms, busy_ms):
-        ax.annotate(f"{100 * b / s:.0f}%", (t, b), textcoords="offset points", xytext=(0, -14), ha="center", fontsize=8)
+        ax.annotate(f"忙碌 {100 * b / s:.0f}%", (t, b), textcoords="offset points", xytext=(0, -15), ha="center",
+                    fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(tokens, [str(t) for t in tokens])
+    ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(plt.NullFormatter())
-    ax.set_xlabel("tokens per training step")
-    ax.set_ylabel("time (ms)")
-    ax.legend(loc="upper left")
-    gpu = data["environment"].get("gpu") or "CPU"
-    ax.set_title(f"{gpu}: the gap between the lines is GPU idle time (launch, Python, dispatch)", fontsize=9)
+    ax.set_ylim(min(busy_ms) / 2, max(step_ms) * 1.6)
+    ax.margins(x=0.08)
+    ax.set_xlabel("每个训练 step 的 token 数（对数坐标）")
+    ax.set_ylabel("时间（ms，对数坐标）")
+    ax.legend(loc="upper left", fontsize=9)
+    ax.set_title("两条线之间的差 = GPU 空等 CPU 的时间", fontsize=10)
     return common.svg_of(fig)
 
 
+# Kernel categories of snippets/p1_profile_step.py as the timeline's legend names them.
+CATEGORY_NAMES = {
+    "GEMM": "GEMM", "attention": "注意力", "elementwise": "逐元素", "reduction": "归约",
+    "copy / cast / layout": "拷贝/类型转换", "softmax / loss": "softmax/loss", "Triton (Inductor)": "Triton（Inductor）",
+    "other": "其他",
+}
+IDLE_GAP_US = 10.0  # GPU gaps between the layer's kernels shaded on the timeline
+
+
+def trace_path(data) -> pathlib.Path:
+    """The Perfetto trace saved next to the JSON by run() (same folder rule as common.save)."""
+    main = data["results"]["main"]
+    path = common.DATA_DIR / common.gpu_slug(data["environment"].get("gpu") or "cpu") / main["trace_file"]
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: the timeline is drawn from the trace that run() saved with the JSON")
+    if path.stat().st_size != main["trace_bytes"]:
+        raise RuntimeError(f"{path} has {path.stat().st_size} bytes, the JSON recorded {main['trace_bytes']}: "
+                           "not the trace of this run")
+    return path
+
+
 def _timeline_plot(data):
+    """CPU launch calls above, the GPU work they started below, one time axis, linked by correlation id."""
+    from matplotlib.collections import LineCollection
+
+    from p1_profile_step import load_trace, range_launches
+
     plt = common.plot_style()
-    layer = data["results"]["main"]["layer"]
-    has_gpu = bool(data["environment"].get("gpu"))
-    rows = [("GPU stream: kernels", layer["device"])] if has_gpu else []
-    rows.append(("CPU thread: ATen ops (launches)", layer["cpu"]))
-    fig, axes = plt.subplots(len(rows), 1, figsize=(11, 1.6 + 1.3 * len(rows)), squeeze=False)
-    used = set()
-    for ax, (title, items) in zip(axes[:, 0], rows):
-        for item in items:
-            color = CATEGORY_COLORS.get(item["category"], "#999999")
-            ax.broken_barh([(item["start_us"], max(item["dur_us"], 0.5))], (0, 1), facecolors=color,
-                           edgecolors="#555555", linewidth=0.3)
-            used.add(item["category"])
-        ax.set_yticks([])
-        ax.set_ylim(0, 1)
-        ax.set_xlim(0, max((i["start_us"] + i["dur_us"] for i in items), default=1) * 1.01)
-        ax.set_title(f"{title}: {len(items)}", fontsize=9, loc="left")
-        ax.grid(axis="y", visible=False)
-    axes[-1, 0].set_xlabel(f"µs since the start of {layer['name']} forward (each row from its own start)")
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLORS[c], edgecolor="#555555", linewidth=0.3)
-               for c in CATEGORY_COLORS if c in used]
-    fig.legend(handles, [c for c in CATEGORY_COLORS if c in used], loc="lower center", ncol=min(6, len(handles)),
-               bbox_to_anchor=(0.5, -0.08), fontsize=8)
-    fig.tight_layout()
+    name = data["results"]["main"]["layer"]["name"]
+    events = load_trace(trace_path(data))
+    cpu_range = next(e for e in events if e.get("cat") == "user_annotation" and e.get("name") == name)
+    pairs = range_launches(events, name)
+    span = max([cpu_range["dur"]] + [p["kernel_us"] + p["kernel_dur_us"] for p in pairs])
+    least = span / 900  # about one pixel at 800 px: every call and kernel stays visible
+    cpu_y, gpu_y, height = 1.0, 0.0, 0.5
+    fig, ax = plt.subplots(figsize=(11, 3.9))
+    ax.broken_barh([(0, cpu_range["dur"])], (cpu_y - height / 2, height), facecolors="#DDDDDD", edgecolors="none")
+    ax.broken_barh([(p["launch_us"], max(p["launch_dur_us"], least)) for p in pairs], (cpu_y - height / 2, height),
+                   facecolors="#555555", edgecolors="none")
+    kernels = sorted(pairs, key=lambda p: p["kernel_us"])
+    gaps = [(a["kernel_us"] + a["kernel_dur_us"], b["kernel_us"]) for a, b in zip(kernels, kernels[1:])]
+    gaps = [(lo, hi - lo) for lo, hi in gaps if hi - lo > IDLE_GAP_US]
+    ax.broken_barh(gaps, (gpu_y - height / 2, height), facecolors="none", edgecolors="#D98F92", hatch="////",
+                   linewidth=0)
+    used = []
+    for category in CATEGORY_NAMES:
+        bars = [(p["kernel_us"], max(p["kernel_dur_us"], least)) for p in kernels if p["category"] == category]
+        if bars:
+            ax.broken_barh(bars, (gpu_y - height / 2, height), facecolors=CATEGORY_COLORS[category], edgecolors="none")
+            used.append(category)
+    links = [[(p["launch_us"] + p["launch_dur_us"] / 2, cpu_y - height / 2), (p["kernel_us"], gpu_y + height / 2)]
+             for p in pairs]
+    ax.add_collection(LineCollection(links, colors="#888888", linewidths=0.5, alpha=0.6))
+    if kernels:
+        ax.text(kernels[0]["kernel_us"] / 2, gpu_y, "GPU 还在执行\n之前排队的 kernel", ha="center", va="center",
+                fontsize=8)
+        idle = sum(width for _, width in gaps)
+        ax.text(span, gpu_y - height / 2 - 0.08, f"斜线 = GPU 空等（间隔 > {IDLE_GAP_US:g} µs），共 {idle:,.0f} µs",
+                ha="right", va="top", fontsize=8, color="#C0777A")
+    else:
+        ax.text(span / 2, gpu_y, "trace 中没有 GPU kernel（CPU 上的运行）", ha="center", va="center", fontsize=9)
+    ax.set_yticks([gpu_y, cpu_y], ["GPU：kernel", "CPU：启动调用"])
+    ax.set_ylim(gpu_y - 0.55, cpu_y + 0.45)
+    ax.set_xlim(0, span * 1.01)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel(f"时间（µs，从 {name} forward 在 CPU 上开始计）")
+    ax.set_title(f"{name} forward：{len(pairs)} 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）",
+                 fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLORS[c]) for c in used]
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#555555"), plt.Rectangle((0, 0), 1, 1, facecolor="#DDDDDD")]
+    labels = [CATEGORY_NAMES[c] for c in used] + ["启动调用（cudaLaunchKernel 等）", f"CPU 上的 {name} 区间"]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8)
     return common.svg_of(fig)
 
 

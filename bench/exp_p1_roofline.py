@@ -294,7 +294,12 @@ def _measured_table(data):
     return common.md_table(headers, rows, align="llrrrr") + _caption(data, "带宽按该实现自己读写的字节计，计算受限的行不列")
 
 
+POINT_NAMES = {"QKV merge": "QKV 合并", "Attention softmax": "注意力 softmax"}  # others keep their names
+
+
 def _roofline_plot(data):
+    import math
+
     plt = common.plot_style()
     r = data["results"]
     bandwidth = r["ceilings"]["copy"]["gbps"] * 1e9
@@ -305,8 +310,7 @@ def _roofline_plot(data):
     xs = [x for x in xs if x <= 20000]
     ax.plot(xs, [min(peak, x * bandwidth) / 1e12 for x in xs], color="#888888", linewidth=1.5)
     ax.axvline(ridge, color="#888888", linestyle=":", linewidth=1)
-    ax.text(ridge * 1.1, peak / 1e12 * 0.5, f"ridge {ridge:.0f} FLOP/B", fontsize=8, rotation=90, va="top")
-    ax.text(0.07, 0.07 * bandwidth / 1e12 * 1.6, f"copy {bandwidth / 1e9:,.0f} GB/s", fontsize=8, rotation=30)
+    ax.text(ridge * 1.1, peak / 1e12 * 0.5, f"拐点 {ridge:.0f} FLOP/字节", fontsize=8, rotation=90, va="top")
     ax.text(ridge / 40, peak / 1e12 * 1.3, f"matmul {peak / 1e12:,.0f} TFLOP/s", fontsize=8)
     achieved = []
     handles, labels = [], []
@@ -322,23 +326,28 @@ def _roofline_plot(data):
                                  facecolors="none" if variant == "eager" else color, edgecolors=color, linewidths=1.6)
                 if variant == "fused" or (variant == "eager" and "fused" not in m):
                     handles.append(dot)
-                    labels.append(p["name"])
+                    labels.append(POINT_NAMES.get(p["name"], p["name"]))
         if "eager" in coords and "fused" in coords:
             ax.annotate("", xy=coords["fused"], xytext=coords["eager"],
                         arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})
         if "flash" in coords:
-            ax.annotate("flash attention (sdpa)", coords["flash"], textcoords="offset points", xytext=(8, -4),
+            ax.annotate("flash attention（sdpa）", coords["flash"], textcoords="offset points", xytext=(8, -4),
                         fontsize=8, color=color)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, counted per token)")
-    ax.set_ylabel("achieved TFLOP/s")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not 10^n (no mathtext: see common.plot_style)
+        axis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(plt.NullFormatter())
+    ax.set_xlabel("算术强度（FLOP/字节，按每个 token 计，对数坐标）")
+    ax.set_ylabel("实测算力（TFLOP/s，对数坐标）")
     ax.set_xlim(0.05, 20000)
     low = min(achieved + [peak / 1e12]) / 3
     ax.set_ylim(low, peak / 1e12 * 4)
+    (x0, y0), (x1, y1) = ax.transData.transform([(0.07, 0.07 * bandwidth / 1e12), (0.7, 0.7 * bandwidth / 1e12)])
+    ax.text(0.07, 0.07 * bandwidth / 1e12 * 1.5, f"拷贝带宽 {bandwidth / 1e9:,.0f} GB/s", fontsize=8,
+            rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)), rotation_mode="anchor")
     ax.legend(handles, labels, loc="upper left", fontsize=8)
-    gpu = data["environment"].get("gpu") or "CPU"
-    ax.set_title(f"{gpu}: hollow = HF eager, filled = fused, arrow = what fusion buys", fontsize=9)
+    ax.set_title("空心 = HF eager，实心 = 融合后，箭头 = 融合带来的变化", fontsize=10)
     return common.svg_of(fig)
 
 

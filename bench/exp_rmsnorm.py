@@ -286,35 +286,43 @@ def _eager_table(data):
     return common.md_table(headers, rows) + "\n" + note + "\n"
 
 
+PLOT_LABELS = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
+               "naive": "教学版", "triton": "生产版"}
+
+
 def _short_label(shape):
     """Axis label: the hidden size, or q/k plus the transposed-dy marker for 128-wide rows."""
     if shape["width"] != 128:
         return f"H={shape['width']}"
     kind = "q_norm" if shape["rows"] >= 16384 * 32 else "k_norm"
-    return kind + (" (dyᵀ)" if shape["dy_layout"] == "heads_transposed" else "")
+    return kind + ("\n（dy 转置）" if shape["dy_layout"] == "heads_transposed" else "")
 
 
 def _bandwidth_plot(data):
+    """% of the copy ceiling per shape and contender: forward above, forward + backward below."""
     plt = common.plot_style()
     res = data["results"]
-    shapes = [s for s in res["shapes"]]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    shapes = res["shapes"]
+    ceiling = copy_ceiling(res)["gbps"]
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7.2), sharex=True)
     names = [n for n in CONTENDERS if any(n in s["fwd"] for s in shapes)]
-    width = 0.8 / len(names)
+    width = 0.84 / len(names)
     for ax, phase, title in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
         for i, name in enumerate(names):
-            values = [s[phase][name]["gbps"] if name in s[phase] else 0 for s in shapes]
+            values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
-                   label=LABELS[name], color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
-        ceiling = copy_ceiling(res)["gbps"]
-        ax.axhline(ceiling, color="#D98F92", linestyle="--", linewidth=1.2)
-        ax.text(len(shapes) - 0.5, ceiling, " copy", va="bottom", ha="right", color="#D98F92")
-        ax.set_xticks(range(len(shapes)), [_short_label(s) for s in shapes], fontsize=8, rotation=30, ha="right")
-        ax.set_title(f"RMSNorm {title}, bf16")
-    axes[0].set_ylabel("effective bandwidth (GB/s, minimum bytes)")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    gpu = data["environment"].get("gpu") or "CPU"
-    fig.suptitle(f"{gpu}: higher is better", fontsize=9)
+                   label=PLOT_LABELS.get(name, name), color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
+        ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
+        ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
+        ax.set_ylim(0, 112)
+        ax.set_yticks(range(0, 101, 20))
+        ax.set_ylabel("有效带宽（占拷贝上限 %）")
+        ax.set_title(f"RMSNorm {title}，bf16", fontsize=10, loc="left")
+        ax.grid(axis="x", visible=False)
+    axes[1].set_xticks(range(len(shapes)), [_short_label(s) for s in shapes])
+    axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)
+    fig.text(0.5, 0.03, f"拷贝上限：本次运行最快的显存拷贝，{ceiling:,.0f} GB/s（读 + 写）；字节数按最少访存计",
+             ha="center", va="top", fontsize=8)
     return common.svg_of(fig)
 
 

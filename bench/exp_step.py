@@ -529,27 +529,38 @@ def render(data: dict) -> dict[str, str]:
     }
 
 
+PLOT_TIERS = {
+    "eager": "HF eager",
+    "torch_rmsnorm": "HF + F.rms_norm",
+    "triton_fwd": "HF + 生产版（仅 forward）",
+    "triton": "HF + 生产版（forward + backward）",
+    "compile": "torch.compile(HF)",
+    "triton_compile": "torch.compile(HF + 生产版)",
+    "liger": "Liger（整套 Qwen3 补丁）",
+}
+
+
 def _plot(rows: list[dict], data: dict) -> str:
     plt = common.plot_style()
     ok = [r for r in rows if r["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(ok), 1) + 1.4))
-    labels = [r["label"] for r in ok][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
+    labels = [PLOT_TIERS.get(r["tier"], r["label"]) for r in ok][::-1]
     y = list(range(len(ok)))
     rms = [r["rms"] or 0.0 for r in ok][::-1]
     rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]
-    ax.barh(y, rest, color=common.PASTEL_LINE["blue"], label="everything else")
-    ax.barh(y, rms, left=rest, color=common.PASTEL_LINE["pink"], label="RMSNorm (profiled)")
+    ax.barh(y, rest, color=common.PASTEL_LINE["blue"], label="其余部分")
+    ax.barh(y, rms, left=rest, color=common.PASTEL_LINE["pink"], label="RMSNorm（profiler 实测）")
     for yi, r in zip(y, ok[::-1]):
-        note = "" if r["rms"] is not None else " (RMSNorm fused, not separable)"
+        note = "" if r["rms"] is not None else "（RMSNorm 已被融合，无法单独计时）"
         ax.text(r["step"], yi, f"  {r['step']:.0f} ms{note}", va="center", fontsize=9, color="#777777")
     ax.set_yticks(y, labels)
-    ax.set_xlabel("training step time (ms, median; lower is better)")
-    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.3)
+    ax.set_xlabel("训练 step 时间（ms，中位数；越短越好）")
+    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.45)
     ax.grid(axis="y", visible=False)
     ax.legend(loc="lower right", fontsize=8)
     cfg = data["config"]
-    ax.set_title(f"Qwen3 {cfg['model']['size']} geometry, {cfg['model']['num_hidden_layers']} layers, "
-                 f"B={cfg['batch']}, T={cfg['seq_len']}, fwd+bwd", fontsize=10, color="#777777")
+    ax.set_title(f"Qwen3 {cfg['model']['size']} 的层形状，{cfg['model']['num_hidden_layers']} 层，"
+                 f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward", fontsize=10)
     return common.svg_of(fig)
 
 

@@ -146,43 +146,67 @@ def _table(data):
     return common.md_table(headers, rows, "lllllll")
 
 
+PLOT_WIDTHS = {128: "q_norm 的 128 宽行", 4096: "H=4096"}  # the narrow and the wide row of 篇2 §七
+
+
+def _copy_ceiling_gbps(data) -> float:
+    """The copy ceiling that the rmsnorm experiment measured on the same GPU (its JSON sits next to this one)."""
+    from bench import exp_rmsnorm
+
+    gpu = common.gpu_slug(data["environment"].get("gpu") or "cpu")
+    if not common.data_path(exp_rmsnorm.NAME, gpu).is_file():
+        raise RuntimeError(f"{common.data_path(exp_rmsnorm.NAME, gpu)} is missing: tuning.svg shows % of the copy "
+                           "ceiling that the rmsnorm experiment measured")
+    return exp_rmsnorm.copy_ceiling(common.load(exp_rmsnorm.NAME, gpu)["results"])["gbps"]
+
+
 def _plot(data):
-    """Forward panels on top, backward panels below; three widths per row."""
+    """% of copy against one launch parameter, the others as shipped (line) or anything swept (band).
+
+    (a) forward against BLOCK_ROWS, (b) backward against programs per SM, for a narrow and a wide row.
+    """
     plt = common.plot_style()
-    entries = data["results"]
-    ncols = 3
-    group_rows = -(-len(entries) // ncols)
-    fig, axes = plt.subplots(2 * group_rows, ncols, figsize=(11, 3.0 * 2 * group_rows), squeeze=False)
-    for index, e in enumerate(entries):
-        ax = axes[index // ncols][index % ncols]
-        for nw in sorted({x["num_warps"] for x in e["fwd"]}):
-            pts = sorted((x["block_rows"], e["fwd_bytes"] / (x["us"] * 1e3)) for x in e["fwd"] if x["num_warps"] == nw)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"num_warps={nw}")
+    ceiling = _copy_ceiling_gbps(data)
+    entries = [e for e in data["results"] if e["width"] in PLOT_WIDTHS]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    panels = ((axes[0], "fwd", "heuristic", "block_rows", "(a) forward：每个 program 处理的行数",
+               "BLOCK_ROWS（每个 program 的行数）"),
+              (axes[1], "bwd", "heuristic_bwd", "programs_per_sm", "(b) backward：每个 SM 上常驻的 program 数",
+               "每个 SM 的 program 数"))
+    for ax, phase, shipped_key, knob, title, xlabel in panels:
+        for index, e in enumerate(entries):
+            color = (common.PASTEL_LINE["pink"], common.PASTEL_LINE["blue"])[index % 2]
+            shipped = e[shipped_key]
+            percent = {}
+            for x in e[phase]:
+                percent.setdefault(x[knob], []).append(
+                    (100 * e[f"{phase}_bytes"] / (x["us"] * 1e3) / ceiling,
+                     all(x[k] == shipped[k] for k in x if k not in ("us", knob))))
+            xs = sorted(percent)
+            ax.fill_between(xs, [min(p for p, _ in percent[v]) for v in xs], [max(p for p, _ in percent[v]) for v in xs],
+                            color=color, alpha=0.18, linewidth=0)
+            line = [(v, p) for v in xs for p, is_shipped in percent[v] if is_shipped]
+            ax.plot([v for v, _ in line], [p for _, p in line], color=color, marker="o", markersize=4,
+                    label=PLOT_WIDTHS[e["width"]])
+            star = [p for v, p in line if v == shipped[knob]]
+            ax.plot([shipped[knob]] * len(star), star, linestyle="none", marker="*", markersize=13, color=color,
+                    markeredgecolor="#555555", markeredgewidth=0.6)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"forward, {e['rows']}×{e['width']}", fontsize=9)
-        ax.set_xlabel("BLOCK_ROWS (rows per program)", fontsize=8)
-        ax = axes[group_rows + index // ncols][index % ncols]
-        for ppsm in sorted({x["programs_per_sm"] for x in e["bwd"]}):
-            best = {}
-            for x in e["bwd"]:
-                if x["programs_per_sm"] == ppsm:
-                    best[x["block_rows"]] = min(best.get(x["block_rows"], 1e30), x["us"])
-            pts = sorted(best.items())
-            ax.plot([p[0] for p in pts], [e["bwd_bytes"] / (p[1] * 1e3) for p in pts], marker="s",
-                    label=f"{ppsm} programs/SM")
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"backward, {e['rows']}×{e['width']} (best num_warps)", fontsize=9)
-        ax.set_xlabel("BLOCK_ROWS (rows per program)", fontsize=8)
-    for row in range(2 * group_rows):
-        axes[row][0].set_ylabel("GB/s (minimum bytes)")
-    for index in range(len(entries), group_rows * ncols):  # unused panels
-        axes[index // ncols][index % ncols].set_visible(False)
-        axes[group_rows + index // ncols][index % ncols].set_visible(False)
-    axes[0][0].legend(fontsize=7)
-    axes[group_rows][0].legend(fontsize=7)
-    fig.suptitle(f"{data['environment'].get('gpu') or 'CPU'}, bf16: RMSNorm launch configurations (higher is better)",
-                 fontsize=9)
-    fig.tight_layout()
+        ticks = sorted({x[knob] for e in entries for x in e[phase]})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
+        ax.set_ylim(0, 105)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_xlabel(xlabel)
+    axes[0].set_ylabel("有效带宽（占拷贝上限 %）")
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#BBBBBB", alpha=0.5),
+                plt.Line2D([], [], linestyle="none", marker="*", markersize=11, color="#BBBBBB",
+                           markeredgecolor="#555555")]
+    labels += ["扫描到的全部配置（最差到最好）", "生产版选的配置"]
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, -0.1), ncol=4, fontsize=9)
+    fig.text(0.5, -0.13, "折线：其余参数取生产版的选择（forward：num_warps；backward：BLOCK_ROWS 与 num_warps）。"
+             f"拷贝上限：rmsnorm 实验中最快的显存拷贝，{ceiling:,.0f} GB/s；bf16", ha="center", va="top", fontsize=8)
     return common.svg_of(fig)
 
 

@@ -268,6 +268,37 @@ def memory_bound_runs(timeline: list) -> list:
 # --8<-- [end:timeline]
 
 
+# --8<-- [start:launches]
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+def range_launches(events: list, name: str = "decoder_layer.1") -> list:
+    """The GPU work launched inside one record_function range, each paired with its launch.
+
+    A launch call on the CPU (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync, ...) and
+    the kernel, memset or memcpy it queued on the GPU carry the same ``args.correlation``.
+    Kept: calls of the range's thread that start inside the range and started GPU work
+    (calls such as cudaGetErrorString start none). Times are µs from the range's start on
+    the CPU, so launches and kernels share one time axis.
+    """
+    cpu = annotation(events, name)
+    start, end = cpu["ts"], cpu["ts"] + cpu["dur"]
+    gpu_work = {e["args"]["correlation"]: e for e in events
+                if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES and "correlation" in e.get("args", {})}
+    pairs = []
+    for call in events:
+        correlation = call.get("args", {}).get("correlation")
+        if (call.get("ph") == "X" and call.get("cat") in LAUNCH_CATEGORIES and call.get("tid") == cpu["tid"]
+                and start <= call["ts"] < end and correlation in gpu_work):
+            work = gpu_work[correlation]
+            pairs.append({"correlation": correlation, "launch": call["name"],
+                          "launch_us": call["ts"] - start, "launch_dur_us": call["dur"],
+                          "kernel": short_kernel_name(work["name"]), "category": kernel_category(work["name"]),
+                          "kernel_us": work["ts"] - start, "kernel_dur_us": work["dur"]})
+    return sorted(pairs, key=lambda pair: pair["launch_us"])
+# --8<-- [end:launches]
+
+
 def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000, on_gpu: bool | None = None) -> dict:
     """Median and spread of fn() in ms: triton's do_bench on a GPU, perf_counter on CPU.
     ``on_gpu`` defaults to whether CUDA is available."""

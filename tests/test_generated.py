@@ -101,6 +101,53 @@ def test_compare_generated_finds_every_kind_of_drift(tmp_path):
         == ([], [], [])
 
 
+# An axis label names its unit in full-width parentheses: "step 时间（ms）", "有效带宽（占拷贝上限 %）".
+UNIT_LABEL = re.compile(r"（[^）]*(ms|µs|%|GB/s|TFLOP/s|FLOP/字节|nats/字节)[^）]*）")
+
+
+def test_plots_are_chinese_glyph_paths_of_the_pinned_font():
+    """Every committed plot draws its text as outlines of the pinned Noto Sans SC (it renders the same with no
+    font installed), keeps each string in an XML comment, labels an axis with its unit, speaks Chinese, and uses
+    no character the font lacks (matplotlib would take that glyph from another font)."""
+    from matplotlib import ft2font
+
+    charmap = ft2font.FT2Font(str(common.cjk_font_path())).get_charmap()
+    plots = sorted(GENERATED.glob("*.svg"))
+    assert plots
+    for path in plots:
+        svg = path.read_text(encoding="utf-8")
+        assert "<text" not in svg and "font-family" not in svg, f"{path.name}: text must be glyph paths"
+        assert 'id="NotoSansSC-Regular-' in svg and "DejaVu" not in svg, f"{path.name}: glyphs of another font"
+        texts = common.svg_texts(svg)
+        assert any(UNIT_LABEL.search(t) for t in texts), f"{path.name}: no axis label with its unit"
+        assert any(re.search(r"[\u4e00-\u9fff]", t) for t in texts), f"{path.name}: no Chinese text"
+        missing = sorted({c for t in texts for c in t if not c.isspace() and ord(c) not in charmap})
+        assert not missing, f"{path.name}: characters missing from {common.FONT_FILE}: {missing}"
+
+
+def test_plots_fail_clearly_without_the_font(monkeypatch):
+    monkeypatch.setattr(common, "FONT_MODULE", "no_such_font_package")
+    with pytest.raises(RuntimeError, match=common.FONT_PACKAGE):
+        common.plot_style()
+
+
+def test_an_installed_copy_of_the_family_cannot_replace_the_pinned_file(monkeypatch):
+    """A system font with the same family name (here a stand-in file) is dropped, so findfont sees only the pin."""
+    import dataclasses
+
+    from matplotlib import font_manager
+
+    pinned = common.cjk_font_path()
+    manager = font_manager.fontManager
+    impostor = dataclasses.replace(font_manager.ttfFontProperty(font_manager.get_font(font_manager.findfont(
+        "DejaVu Sans"))), name=font_manager.FontProperties(fname=pinned).get_name())
+    monkeypatch.setattr(manager, "ttflist", [impostor] + manager.ttflist)
+    plt = common.plot_style()
+    assert pathlib.Path(font_manager.findfont(font_manager.FontProperties(family=plt.rcParams["font.family"]))) \
+        == pinned
+    assert impostor not in manager.ttflist
+
+
 def _experiment_modules():
     from bench.render import experiment_modules
 
@@ -122,7 +169,7 @@ def test_render_is_deterministic_and_labelled(name):
             assert "GPU:" not in text, f"{rel}: the environment goes in the article's env box, not under a table"
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and "</svg>" in text
-            assert re.search(r"\((ms|%|nats per byte)", text) or "(%)" in text, f"{rel}: axis units missing"
+            assert any(UNIT_LABEL.search(t) for t in common.svg_texts(text)), f"{rel}: axis units missing"
         else:
             pytest.fail(f"unexpected artifact type {rel}")
 

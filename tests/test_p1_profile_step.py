@@ -1,15 +1,19 @@
 """snippets/p1_profile_step.py (篇1 §三): one profiled training step and the launch-overhead figures."""
 import collections
 import json
+import pathlib
 
 import pytest
 import torch
 
 from p1_profile_step import (annotate_decoder_layers, category_table, device_events, kernel_category, kernel_table,
                              launch_summary, layer_timeline, load_trace, memory_bound_runs, outermost,
-                             profile_training_step, short_kernel_name, time_ms, top_ops, training_step)
+                             profile_training_step, range_launches, short_kernel_name, time_ms, top_ops,
+                             training_step)
 from p1_static_read import build_qwen3
 from qwen3_configs import tiny_qwen3_config
+
+SMALL_TRACE = pathlib.Path(__file__).parent / "fixtures" / "traces" / "p1_profile_small_trace.json"
 
 # Kernel names as the H200 profiler reports them (torch 2.11, CUDA 13).
 MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
@@ -179,3 +183,23 @@ def test_layer_timeline_on_a_gpu_trace_follows_correlation_ids():
     assert [row["kernel"] for row in layer_timeline(events, "decoder_layer.1", row="cpu")] == ["pow", "mean"]
     without_gpu_range = [e for e in events if e is not gpu_range]
     assert [row["start_us"] for row in layer_timeline(without_gpu_range, "decoder_layer.1")] == [0, 5]
+
+
+def test_range_launches_pairs_each_launch_with_its_kernel():
+    """Hand-made GPU trace: the range decoder_layer.1 runs from ts 1000 to 1100 on thread 1."""
+    events = load_trace(SMALL_TRACE)
+    pairs = range_launches(events, "decoder_layer.1")
+    # correlation 1 launched before the range, 3 started no GPU work (cudaGetErrorString),
+    # 6 came from another thread, 7 after the range ended: none of them is the range's
+    assert [p["correlation"] for p in pairs] == [2, 4, 5]
+    assert [(p["launch"], p["launch_us"], p["kernel_us"]) for p in pairs] == [
+        ("cudaLaunchKernel", 10, 60), ("cudaMemsetAsync", 30, 70), ("cuLaunchKernelEx", 40, 90)]
+    assert [p["category"] for p in pairs] == ["reduction", "copy / cast / layout", "GEMM"]
+    assert pairs[0]["kernel"] == "reduce_kernel[Mean]" and pairs[2]["kernel_dur_us"] == 100
+    assert all(p["kernel_us"] >= p["launch_us"] + p["launch_dur_us"] for p in pairs)  # a kernel runs after its launch
+    with pytest.raises(ValueError):
+        range_launches(events, "decoder_layer.0")
+
+
+def test_range_launches_on_a_cpu_trace_is_empty(profiled):
+    assert range_launches(load_trace(profiled[-1]), "decoder_layer.1") == []

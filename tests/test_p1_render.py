@@ -7,6 +7,7 @@ import copy
 import json
 import pathlib
 import re
+import shutil
 
 import pytest
 
@@ -18,8 +19,28 @@ MODULES = {"p1_profile": exp_p1_profile, "p1_roofline": exp_p1_roofline, "p1_com
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
+SMALL_TRACE = FIXTURES / "traces" / "p1_profile_small_trace.json"
+
+
 def fixture(name):
-    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    data = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    if name == "p1_profile":  # the timeline reads the trace saved next to the JSON: a hand-made GPU trace
+        data["results"]["main"].update(trace_file=SMALL_TRACE.name, trace_bytes=SMALL_TRACE.stat().st_size)
+    return data
+
+
+@pytest.fixture(autouse=True)
+def data_dir_with_the_small_trace(tmp_path, monkeypatch):
+    """A data folder holding the committed data plus the hand-made trace the fixtures point to."""
+    for gpu in ("cpu", "h200"):
+        folder = tmp_path / gpu
+        source = common.DATA_DIR / gpu
+        if source.is_dir():
+            shutil.copytree(source, folder)
+        folder.mkdir(exist_ok=True)
+        (folder / SMALL_TRACE.name).write_bytes(SMALL_TRACE.read_bytes())
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    return tmp_path
 
 
 def as_if_on_a_gpu(data):
@@ -51,7 +72,7 @@ def test_render_is_deterministic_and_labelled(name, gpu):
             assert_no_environment_footer(text, data["environment"], rel)
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and text.rstrip().endswith("</svg>"), rel
-            assert "<text" in text or "font" in text  # axis labels are text, not paths
+            assert "<text" not in text and any("（" in t for t in common.svg_texts(text)), rel  # glyphs, units
         else:
             assert rel.endswith(".txt") and text.endswith("\n"), rel
 
@@ -98,7 +119,8 @@ def test_roofline_tables_follow_the_counts():
     ridge = exp_p1_roofline.ridge_flop_per_byte(data)
     assert ridge == pytest.approx(data["results"]["ridge_flop_per_byte"])
     assert f"| 脊点（矩阵乘吞吐 ÷ 拷贝带宽） | {common.fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
-    assert "arithmetic intensity" in out["p1_roofline.svg"] and "TFLOP/s" in out["p1_roofline.svg"]
+    labels = common.svg_texts(out["p1_roofline.svg"])
+    assert any(t.startswith("算术强度（FLOP/字节") for t in labels) and any("（TFLOP/s" in t for t in labels)
 
 
 def test_compile_tables_and_generated_code():
@@ -213,3 +235,22 @@ def test_keypoints_are_computed_from_the_data(committed):
                      if rel.endswith(".md"))
     for quoted in re.findall(r"\d[\d,.]*[%×]", text):
         assert quoted in tables or quoted in (f"{small_share:.1f}%", kept), f"{quoted}: not recomputed, not in a table"
+
+
+def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_small_trace):
+    """Drawn from the trace next to the JSON: the hand-made trace has 3 launches in decoder_layer.1 that started
+    GPU work (a reduction, a memset, a GEMM); one shared time axis; a wrong or missing trace fails loudly."""
+    data = as_if_on_a_gpu(fixture("p1_profile"))
+    texts = common.svg_texts(exp_p1_profile.render(data)["p1_profile_layer_timeline.svg"])
+    assert "decoder_layer.1 forward：3 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）" in texts
+    assert {"GEMM", "归约", "拷贝/类型转换", "CPU：启动调用", "GPU：kernel"} <= set(texts)
+    assert "注意力" not in texts  # only categories that ran are in the legend
+    assert "时间（µs，从 decoder_layer.1 forward 在 CPU 上开始计）" in texts
+    assert any(t.startswith("斜线 = GPU 空等（间隔 > 10 µs），共 19 µs") for t in texts)  # 71 → 90; 68 → 70 is short
+    trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    with pytest.raises(RuntimeError, match="not the trace of this run"):
+        exp_p1_profile.render(data)
+    trace.unlink()
+    with pytest.raises(RuntimeError, match="is missing"):
+        exp_p1_profile.render(data)
