@@ -143,6 +143,31 @@ def env_line(env: dict) -> str:
     return "*" + " · ".join(p for p in parts if p) + "*"
 
 
+def env_box(envs: list[dict], extra_keys=()) -> str:
+    """The "实验环境" admonition from the environment blocks of several data files (minimal stand-in)."""
+    def distinct(values):
+        seen = []
+        for value in values:
+            if value and value not in seen:
+                seen.append(value)
+        return "、".join(seen) or "—"
+
+    lines = [f"GPU：{distinct(e.get('gpu') for e in envs)}"]
+    lines += [f"{key}：{distinct(str(e[key]) if e.get(key) else None for e in envs)}"
+              for key in ("driver", "cuda", "torch", "triton", "transformers", *extra_keys)]
+    dates = sorted({str(e["date"])[:10] for e in envs if e.get("date")})
+    lines.append("测量日期：" + (" 至 ".join(dict.fromkeys([dates[0], dates[-1]])) if dates else "—"))
+    return '!!! info "实验环境"\n\n' + "".join(f"    - {line}\n" for line in lines)
+
+
+def provenance_table(records: dict[str, dict]) -> str:
+    """数据文件 | 提交 | 测量日期 | 命令, one row per data file name (minimal stand-in)."""
+    rows = [[f"`{name}`", f"`{str(d['environment'].get('git_commit', ''))[:7]}`",
+             str(d["environment"].get("date", ""))[:10], f"`{d['environment'].get('command', '')}`"]
+            for name, d in records.items()]
+    return md_table(["数据文件", "提交", "测量日期", "命令"], rows, align="llll")
+
+
 def md_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
     """A GitHub-style markdown table. ``align`` is e.g. 'lrrr'."""
     align = align or "l" + "r" * (len(headers) - 1)

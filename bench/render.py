@@ -31,6 +31,16 @@ def render_all(gpu: str = common.DEFAULT_GPU) -> dict[pathlib.Path, str]:
             if path in artifacts:
                 raise RuntimeError(f"two experiments render {rel}")
             artifacts[path] = text
+    load = lambda name: common.load(name, gpu)  # noqa: E731  (raises FileNotFoundError when missing)
+    for path in sorted((common.ROOT / "bench").glob("summary_*.py")):
+        try:
+            rendered = importlib.import_module(f"bench.{path.stem}").render_summary(load)
+        except FileNotFoundError:  # a data file the summary needs is missing
+            continue
+        for rel, text in rendered.items():
+            if common.GENERATED_DIR / rel in artifacts:
+                raise RuntimeError(f"two modules render {rel}")
+            artifacts[common.GENERATED_DIR / rel] = text
     return artifacts
 
 
