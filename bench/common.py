@@ -127,45 +127,67 @@ def load(name: str, gpu: str = DEFAULT_GPU) -> dict:
 
 # ---------------------------------------------------------------- rendering helpers
 
-def env_line(env: dict) -> str:
-    """One markdown line naming hardware and versions, rendered under every table."""
-    parts = [
-        f"GPU: {env.get('gpu') or 'CPU'}",
-        f"driver {env['driver']}" if env.get("driver") else None,
-        f"CUDA {env['cuda']}" if env.get("cuda") else None,
-        f"torch {env.get('torch')}",
-        f"triton {env.get('triton')}",
-        f"transformers {env.get('transformers')}",
-        f"liger-kernel {env['liger_kernel']}" if env.get("liger_kernel") else None,
-        f"commit `{str(env.get('git_commit', ''))[:10]}`",
-        f"date {str(env.get('date', ''))[:10]}",
-    ]
-    return "*" + " · ".join(p for p in parts if p) + "*"
+# Kernel categories (snippets/p1_profile_step.py KERNEL_CATEGORIES) as tables and plots name them.
+CATEGORY_ZH = {
+    "GEMM": "矩阵乘（GEMM）", "attention": "注意力", "elementwise": "逐元素", "reduction": "归约",
+    "copy / cast / layout": "拷贝/类型转换", "softmax / loss": "softmax/loss", "Triton (Inductor)": "Triton（Inductor）",
+    "other": "其他",
+}
+# The five fusable points of snippets/p1_roofline.py.
+FUSION_POINT_ZH = {"RMSNorm": "RMSNorm", "RoPE": "RoPE", "SwiGLU": "SwiGLU", "QKV merge": "QKV 合并",
+                   "Attention softmax": "注意力 softmax"}
+ENV_LABELS = {"driver": "驱动", "cuda": "CUDA", "torch": "torch", "triton": "triton", "transformers": "transformers",
+              "liger_kernel": "liger-kernel", "python": "Python"}
+
+
+def _distinct(values) -> str:
+    """Each distinct non-empty value once, in order of appearance."""
+    seen = []
+    for value in values:
+        if value and value not in seen:
+            seen.append(value)
+    return "、".join(seen) or "—"
+
+
+def _gpu_text(env: dict) -> str:
+    if not env.get("gpu"):
+        return "CPU"
+    details = [f"{env['sm_count']} 个 SM" if env.get("sm_count") else None,
+               f"显存 {env['gpu_memory_gib']:g} GiB" if env.get("gpu_memory_gib") else None]
+    details = "，".join(d for d in details if d)
+    return env["gpu"] + (f"（{details}）" if details else "")
 
 
 def env_box(envs: list[dict], extra_keys=()) -> str:
-    """The "实验环境" admonition from the environment blocks of several data files (minimal stand-in)."""
-    def distinct(values):
-        seen = []
-        for value in values:
-            if value and value not in seen:
-                seen.append(value)
-        return "、".join(seen) or "—"
+    """The article's one "实验环境" admonition, from the environment blocks of its data files.
 
-    lines = [f"GPU：{distinct(e.get('gpu') for e in envs)}"]
-    lines += [f"{key}：{distinct(str(e[key]) if e.get(key) else None for e in envs)}"
-              for key in ("driver", "cuda", "torch", "triton", "transformers", *extra_keys)]
+    A version that differs between the files lists each distinct value; dates become a range.
+    """
+    lines = [f"GPU：{_distinct(_gpu_text(e) for e in envs)}"]
+    for key in ("driver", "cuda", "torch", "triton", "transformers", *extra_keys):
+        lines.append(f"{ENV_LABELS.get(key, key)}：{_distinct(str(e[key]) if e.get(key) else None for e in envs)}")
     dates = sorted({str(e["date"])[:10] for e in envs if e.get("date")})
-    lines.append("测量日期：" + (" 至 ".join(dict.fromkeys([dates[0], dates[-1]])) if dates else "—"))
+    lines.append("测量日期：" + ("—" if not dates else dates[0] if len(dates) == 1 else f"{dates[0]} 至 {dates[-1]}"))
     return '!!! info "实验环境"\n\n' + "".join(f"    - {line}\n" for line in lines)
 
 
 def provenance_table(records: dict[str, dict]) -> str:
-    """数据文件 | 提交 | 测量日期 | 命令, one row per data file name (minimal stand-in)."""
-    rows = [[f"`{name}`", f"`{str(d['environment'].get('git_commit', ''))[:7]}`",
-             str(d["environment"].get("date", ""))[:10], f"`{d['environment'].get('command', '')}`"]
-            for name, d in records.items()]
-    return md_table(["数据文件", "提交", "测量日期", "命令"], rows, align="llll")
+    """数据文件 | 提交 | 测量日期 | 重新生成的命令, one row per file name -> the data it came with."""
+    rows = []
+    for name, data in records.items():
+        env = data["environment"]
+        rows.append([f"`{name}`", f"`{str(env.get('git_commit', ''))[:7]}`", str(env.get("date", ""))[:10],
+                     f"`{env.get('command', '')}`"])
+    return md_table(["数据文件", "提交", "测量日期", "重新生成的命令"], rows, align="llll")
+
+
+def setup_caption(*parts: str, sep: str = "，") -> str:
+    """An italic one-line Chinese caption under a table: the non-empty parts joined by ``sep``."""
+    return "\n*" + sep.join(p for p in parts if p) + "。*\n"
+
+
+def dtype_short(dtype: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
 
 
 def md_table(headers: list[str], rows: list[list], align: str | None = None) -> str:

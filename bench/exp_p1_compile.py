@@ -34,7 +34,7 @@ GPU_SETUP = {"size": "8B", "shapes": [[1, 512], [4, 4096]], "rmsnorm": {"hidden"
 QUICK_SETUP = {"size": "tiny", "shapes": [[1, 16]], "rmsnorm": {"hidden": 64, "rows": 8}}
 LAUNCH_API = re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|GraphLaunch|LaunchCooperativeKernel|ModuleLaunch)",
                         re.IGNORECASE)
-CONTENDERS = {"eager": "HF eager", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile (Inductor)"}
+CONTENDERS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
 
 
 def _bench_us(fn, on_gpu, grad_to_none=None):
@@ -180,34 +180,47 @@ def run(args) -> dict:
 
 # ---------------------------------------------------------------- rendering
 
-def _footer(data):
+GRAPH_ZH = {"forward": "前向", "backward": "反向"}
+
+
+def _caption(data, extra=""):
     c = data["config"]
-    return (f"\n*One Qwen3DecoderLayer with Qwen3-{c['size']} geometry, {c['dtype']}, {c['attention']} attention; "
-            "fwd = training forward (autograd on), fwd+bwd adds backward with parameter and input grads; "
-            "kernels and launch calls counted from one profiled call.*\n\n" + common.env_line(data["environment"]) + "\n")
+    return common.setup_caption(
+        f"一个 Qwen3DecoderLayer，Qwen3-{c['size']} 几何，{common.dtype_short(c['dtype'])}，{c['attention']}",
+        "forward 开着 autograd", extra, sep="；")
+
+
+def _contender_rows(data):
+    """(tokens cell, name, label, result, eager result, compile seconds) per shape and contender, eager first."""
+    for entry in data["results"]["shapes"]:
+        contenders = entry["contenders"]
+        for name, label in CONTENDERS.items():
+            if name in contenders:
+                first = name == "eager"
+                tokens = f"{entry['tokens']:,}（B={entry['batch']}，T={entry['seq_len']}）" if first else ""
+                yield tokens, name, label, contenders[name], contenders["eager"], entry["compile_s"]
 
 
 def _before_after_table(data):
     rows = []
-    for entry in data["results"]["shapes"]:
-        contenders = entry["contenders"]
-        base = contenders["eager"]
-        for name, label in CONTENDERS.items():
-            if name not in contenders:
-                continue
-            c = contenders[name]
-            rows.append([
-                f"B={entry['batch']}, T={entry['seq_len']}" if name == "eager" else "",
-                label,
-                common.fmt(c["fwd"]["median_us"]), common.fmt(c["fwd_bwd"]["median_us"]),
-                f"{base['fwd_bwd']['median_us'] / c['fwd_bwd']['median_us']:.2f}×",
-                f"{c['launches_fwd']['kernels']} / {c['launches_fwd_bwd']['kernels']}",
-                f"{c['launches_fwd']['launch_calls']} / {c['launches_fwd_bwd']['launch_calls']}",
-                f"{entry['compile_s']:.0f} s" if name == "compile" else "",
-            ])
-    headers = ["tokens", "implementation", "fwd µs", "fwd+bwd µs", "fwd+bwd speed-up", "GPU kernels (fwd / fwd+bwd)",
-               "CPU launch calls (fwd / fwd+bwd)", "compile time"]
-    return common.md_table(headers, rows, align="llrrrrrr") + _footer(data)
+    for tokens, name, label, c, base, _ in _contender_rows(data):
+        speedup = base["fwd_bwd"]["median_us"] / c["fwd_bwd"]["median_us"]
+        rows.append([tokens, label, common.fmt(c["fwd_bwd"]["median_us"]),
+                     f"{common.fmt(speedup)}×" if name != "eager" else "1×",
+                     c["launches_fwd_bwd"]["kernels"], c["launches_fwd_bwd"]["launch_calls"]])
+    headers = ["每步 token", "实现", "fwd+bwd（µs）", "相对 eager", "GPU kernel 数", "CPU 发射次数"]
+    return common.md_table(headers, rows, align="llrrrr") + _caption(
+        data, "fwd+bwd 含参数与输入的梯度；kernel 数与发射次数取自一次剖析的调用")
+
+
+def _forward_table(data):
+    rows = []
+    for tokens, name, label, c, _, compile_s in _contender_rows(data):
+        rows.append([tokens, label, common.fmt(c["fwd"]["median_us"]), c["launches_fwd"]["kernels"],
+                     c["launches_fwd"]["launch_calls"], f"{compile_s:.0f}" if name == "compile" else ""])
+    headers = ["每步 token", "实现", "forward（µs）", "GPU kernel 数", "CPU 发射次数", "编译耗时（s）"]
+    return common.md_table(headers, rows, align="llrrrr") + _caption(
+        data, "编译耗时含首次 forward + backward；kernel 数与发射次数取自一次剖析的调用")
 
 
 def _layer_kernels_table(data):
@@ -216,13 +229,11 @@ def _layer_kernels_table(data):
     for graph in ("forward", "backward"):
         for k in kernels.get(graph, []):
             nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
-            rows.append([graph, f"`{k['name']}`", nodes])
+            rows.append([GRAPH_ZH[graph], f"`{k['name']}`", nodes])
     last = data["results"]["shapes"][-1]
-    note = (f"\n*Kernels Inductor generated for the layer at B={last['batch']}, T={last['seq_len']} "
-            "(matmuls and attention go to cuBLAS / sdpa and are not listed). The kernel name lists the fused ATen ops; "
-            "the last column lists the graph nodes fused into it.*\n\n")
-    return common.md_table(["graph", "generated kernel", "fused graph nodes"], rows, align="lll") + note + \
-        common.env_line(data["environment"]) + "\n"
+    return common.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + common.setup_caption(
+        f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
+        "矩阵乘与注意力交给 cuBLAS / sdpa，不在表中", "kernel 名里列着融合进去的 ATen 算子", sep="；")
 
 
 def _rmsnorm_code(data, graph):
@@ -240,6 +251,7 @@ def _rmsnorm_code(data, graph):
 def render(data: dict) -> dict[str, str]:
     return {
         "p1_compile.md": _before_after_table(data),
+        "p1_compile_fwd.md": _forward_table(data),
         "p1_compile_kernels.md": _layer_kernels_table(data),
         "p1_inductor_rmsnorm_fwd.txt": _rmsnorm_code(data, "forward"),
         "p1_inductor_rmsnorm_bwd.txt": _rmsnorm_code(data, "backward"),

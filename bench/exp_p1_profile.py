@@ -195,21 +195,29 @@ def _us(value):
     return common.fmt(value) if value is not None else "—"
 
 
-def _footer(data, extra=""):
+def _category(name):
+    return common.CATEGORY_ZH.get(name, name)
+
+
+STEP_ZH = "一个训练 step（forward + backward，不含优化器）"
+
+
+def _caption(data, lead=STEP_ZH, seq_len=True, extra=""):
+    """*<lead>：Qwen3-8B 层几何，4 个解码层，B=1，T=4096，bf16，sdpa。<extra>*: the setup of the profiled step."""
     c = data["config"]
-    what = (f"*Qwen3-{c['size']} layer geometry, {c['layers']} decoder layers, B={c['batch']}, "
-            f"{c['dtype']}, {c['attention']} attention, no activation checkpointing; one step = {c['step']}.{extra}*")
-    return "\n" + what + "\n\n" + common.env_line(data["environment"]) + "\n"
+    setup = "，".join(p for p in (f"Qwen3-{c['size']} 层几何", f"{c['layers']} 个解码层", f"B={c['batch']}",
+                                  f"T={c['seq_len']}" if seq_len else "", common.dtype_short(c["dtype"]),
+                                  c["attention"]) if p)
+    return common.setup_caption(f"{lead}：{setup}" + (f"。{extra}" if extra else ""))
 
 
 def _modules_table(data):
     s = data["results"]["static"]
     rows = [[f"`{name}`", f"{count:,}", f"{s['parameters'].get(name, 0):,}"] for name, count in s["modules"].items()]
-    table = common.md_table(["module class", "count", "parameters (own)"], rows)
-    note = (f"\n*Qwen3-{s['size']}, {s['num_hidden_layers']} layers, built on the meta device: "
-            f"{s['total_parameters']:,} parameters; Qwen3RMSNorm count = 4 × {s['num_hidden_layers']} + 1 = "
-            f"{s['expected_rmsnorm']}.*\n")
-    return table + note + "\n" + common.env_line(data["environment"]) + "\n"
+    table = common.md_table(["模块类", "个数", "参数量（自身）"], rows)
+    return table + common.setup_caption(
+        f"Qwen3-{s['size']}，{s['num_hidden_layers']} 层，在 meta 设备上构建，共 {s['total_parameters']:,} 个参数",
+        f"Qwen3RMSNorm 个数 = 4 × {s['num_hidden_layers']} + 1 = {s['expected_rmsnorm']}", sep="；")
 
 
 def _graph_table(data):
@@ -221,15 +229,14 @@ def _graph_table(data):
             rows.append([f"`{entry['module']}`", "✅", kinds])
         else:
             rows.append([f"`{entry['module']}`", "❌", f"`{entry['error']}`"])
-    table = common.md_table(["module", "symbolic_trace", "op kinds, or why it failed"], rows, align="lcl")
-    return table + "\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(["模块", "symbolic_trace", "算子种类，或失败原因"], rows, align="lcl")
 
 
 def _export_layer_table(data):
     g = data["results"]["static"]["graph"]
     rows = [[f"`{k}`", v] for k, v in g["export_layer_op_kinds"].items()]
-    note = "\n*One `Qwen3DecoderLayer` exported with `torch.export`: ATen ops by kind.*\n\n"
-    return common.md_table(["ATen op", "count"], rows) + note + common.env_line(data["environment"]) + "\n"
+    return common.md_table(["ATen 算子", "次数"], rows) + common.setup_caption(
+        "用 `torch.export` 导出一个 `Qwen3DecoderLayer`，按种类统计 ATen 算子")
 
 
 def _export_patterns_table(data):
@@ -238,35 +245,34 @@ def _export_patterns_table(data):
     expected = {"RMSNorm": f"4 × {layers} + 1 = {4 * layers + 1}", "RoPE rotate_half": f"2 × {layers} = {2 * layers}",
                 "SwiGLU": f"1 × {layers} = {layers}"}
     rows = [[name, count, expected.get(name, "")] for name, count in g["export_model_patterns"].items()]
-    note = (f"\n*The whole `Qwen3ForCausalLM` exported with `torch.export`: {layers} layers (tiny widths; op counts do "
-            f"not depend on them), {g['export_model_ops']:,} ATen ops.*\n\n")
-    return common.md_table(["pattern", "matches in the graph", "expected from the modules"], rows) + note + \
-        common.env_line(data["environment"]) + "\n"
+    return common.md_table(["融合模式", "图中匹配次数", "按模块个数推算"], rows) + common.setup_caption(
+        f"用 `torch.export` 导出整个 `Qwen3ForCausalLM`：{layers} 层（宽度取得很小，算子个数与宽度无关）",
+        f"共 {g['export_model_ops']:,} 个 ATen 算子")
 
 
 def _kernels_table(data):
     m = data["results"]["main"]
-    rows = [[f"`{r['kernel']}`", r["category"], r["calls"], _us(r["total_us"]), _us(r["mean_us"]),
+    rows = [[f"`{r['kernel']}`", _category(r["category"]), r["calls"], _us(r["total_us"]), _us(r["mean_us"]),
              f"{100 * r['share']:.1f}%"] for r in m["kernels"]]
-    headers = ["kernel (short name)", "category", "calls", "total µs", "mean µs", "share of kernel time"]
-    return common.md_table(headers, rows, align="llrrrr") + _footer(data, f" T={m['seq_len']}.")
+    headers = ["kernel（短名）", "类别", "调用次数", "总耗时（µs）", "平均（µs）", "占 kernel 时间"]
+    return common.md_table(headers, rows, align="llrrrr") + _caption(data)
 
 
 def _categories_table(data):
     m = data["results"]["main"]
-    rows = [[r["category"], r["kernels"], _us(r["total_us"]), f"{100 * r['share']:.1f}%",
+    rows = [[_category(r["category"]), r["kernels"], _us(r["total_us"]), f"{100 * r['share']:.1f}%",
              _us(r["total_us"] / r["kernels"])] for r in m["categories"]]
-    headers = ["category", "kernels", "total µs", "share of kernel time", "mean µs per kernel"]
-    return common.md_table(headers, rows) + _footer(data, f" T={m['seq_len']}.")
+    headers = ["类别", "kernel 数", "总耗时（µs）", "占 kernel 时间", "平均（µs）"]
+    return common.md_table(headers, rows) + _caption(data)
 
 
 def _ops_table(data):
     m = data["results"]["main"]
     on_device = any(r["self_device_us"] for r in m["top_ops"])
     key = "self_device_us" if on_device else "self_cpu_us"
-    label = "self GPU µs" if on_device else "self CPU µs"
+    label = "自身 GPU 时间（µs）" if on_device else "自身 CPU 时间（µs）"
     rows = [[f"`{r['op']}`", r["calls"], _us(r[key])] for r in m["top_ops"]]
-    return common.md_table(["ATen op", "calls", label], rows) + _footer(data, f" T={m['seq_len']}.")
+    return common.md_table(["ATen 算子", "调用次数", label], rows) + _caption(data)
 
 
 def _launch_table(data):
@@ -275,28 +281,27 @@ def _launch_table(data):
     layer = m["layer"]
     runs = layer["memory_bound_runs"]
     rows = [
-        ["kernels per training step", f"{launch['kernels']:,}"],
-        ["step time without the profiler (do_bench median)", f"{common.fmt(step['median_ms'])} ms"],
-        ["sum of kernel time", f"{common.fmt(launch['kernel_time_us'] / 1e3)} ms"],
-        ["GPU busy (union of kernels) / step time without the profiler",
+        ["每个训练 step 的 kernel 数", f"{launch['kernels']:,}"],
+        ["step 耗时（未开 profiler，do_bench 中位数）", f"{common.fmt(step['median_ms'])} ms"],
+        ["kernel 耗时合计", f"{common.fmt(launch['kernel_time_us'] / 1e3)} ms"],
+        ["GPU 忙碌占比（kernel 区间的并集 ÷ 未开 profiler 的 step 耗时）",
          f"{100 * launch['busy_us'] / (1e3 * step['median_ms']):.1f}%"],
-        ["median kernel duration", f"{common.fmt(launch['median_kernel_us'])} µs"],
-        [f"kernels shorter than {launch['small_us']:g} µs", f"{launch['small_kernels']:,} "
-         f"({100 * launch['small_kernels'] / launch['kernels']:.0f}% of kernels, "
-         f"{100 * launch['small_kernel_time_share']:.1f}% of kernel time)"],
-        ["profiled step, first kernel start to last kernel end",
-         f"{common.fmt(launch['span_us'] / 1e3)} ms ({100 * launch['busy_fraction']:.1f}% busy)"],
-        [f"gaps between kernels longer than {launch['gap_us']:g} µs, profiled step",
-         f"{launch['gaps_over_threshold']:,}, together {common.fmt(launch['gap_time_over_threshold_us'] / 1e3)} ms"],
-        [f"kernels in one decoder layer forward (`{layer['name']}`)", f"{len(layer['device'])}"],
-        ["longest run of consecutive non-GEMM, non-attention kernels in it", f"{max(runs) if runs else 0}"],
+        ["kernel 耗时中位数", f"{common.fmt(launch['median_kernel_us'])} µs"],
+        [f"短于 {launch['small_us']:g} µs 的 kernel", f"{launch['small_kernels']:,} 个"
+         f"（占 kernel 数 {100 * launch['small_kernels'] / launch['kernels']:.0f}%，"
+         f"占 kernel 时间 {100 * launch['small_kernel_time_share']:.1f}%）"],
+        ["第一个 kernel 开始到最后一个 kernel 结束",
+         f"{common.fmt(launch['span_us'] / 1e3)} ms（忙碌 {100 * launch['busy_fraction']:.1f}%）"],
+        [f"kernel 之间长于 {launch['gap_us']:g} µs 的空隙",
+         f"{launch['gaps_over_threshold']:,} 个，合计 {common.fmt(launch['gap_time_over_threshold_us'] / 1e3)} ms"],
+        [f"一个解码层 forward（`{layer['name']}`）的 kernel 数", f"{len(layer['device'])}"],
+        ["其中最长的一串连续非 GEMM、非注意力 kernel", f"{max(runs) if runs else 0}"],
     ]
     if layer.get("gpu_lag_us") is not None:
-        rows.append(["CPU launches ahead of the GPU by (start of the layer)", f"{common.fmt(layer['gpu_lag_us'] / 1e3)} ms"])
-    note = (f" T={m['seq_len']}. Kernel durations come from the profiled step; the step time without the profiler is"
-            " timed separately. The profiler's own CPU work widens the gaps, so the profiled step is longer than"
-            " the unprofiled one and the gap rows are an upper bound.")
-    return common.md_table(["launch overhead figure", "value"], rows, align="lr") + _footer(data, note)
+        rows.append(["该层开始时 CPU 发射领先 GPU", f"{common.fmt(layer['gpu_lag_us'] / 1e3)} ms"])
+    note = ("step 耗时是不开 profiler 单独测的，其余各行取自开着 profiler 的那一步：profiler 自己占用 CPU，"
+            "拉大了 kernel 之间的空隙，所以空隙一行是上界")
+    return common.md_table(["指标", "数值"], rows, align="lr") + _caption(data, extra=note)
 
 
 def _sweep_table(data):
@@ -307,8 +312,9 @@ def _sweep_table(data):
         rows.append([entry["tokens"], f"{launch['kernels']:,}", common.fmt(step["median_ms"]),
                      common.fmt(launch["kernel_time_us"] / 1e3), f"{100 * busy:.0f}%",
                      common.fmt(launch["median_kernel_us"])])
-    headers = ["tokens per step", "kernels", "step ms (median)", "kernel time ms", "GPU busy", "median kernel µs"]
-    return common.md_table(headers, rows) + _footer(data, " GPU busy = union of kernel intervals / step time.")
+    headers = ["每步 token 数", "kernel 数", "step 中位数（ms）", "kernel 时间（ms）", "GPU 忙碌占比", "kernel 中位数（µs）"]
+    return common.md_table(headers, rows) + _caption(
+        data, seq_len=False, extra="GPU 忙碌占比 = kernel 区间的并集 ÷ step 耗时（中位数）")
 
 
 def _sweep_plot(data):
@@ -374,10 +380,11 @@ def _layer_kernels_table(data):
         time_us[item["kernel"]] += item["dur_us"]
         category[item["kernel"]] = item["category"]
     total = sum(time_us.values()) or 1.0
-    rows = [[f"`{name}`", category[name], n, _us(time_us[name]), f"{100 * time_us[name] / total:.1f}%"]
+    rows = [[f"`{name}`", _category(category[name]), n, _us(time_us[name]), f"{100 * time_us[name] / total:.1f}%"]
             for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], -time_us[kv[0]]))]
-    headers = ["kernel (short name)", "category", f"launches in {layer['name']} forward", "total µs", "share"]
-    return common.md_table(headers, rows, align="llrrr") + _footer(data, "")
+    headers = ["kernel（短名）", "类别", "次数", "总耗时（µs）", "占该层"]
+    lead = f"一个训练 step 中 `{layer['name']}` 的 forward，按 kernel 名合并"
+    return common.md_table(headers, rows, align="llrrr") + _caption(data, lead=lead)
 
 
 def render(data: dict) -> dict[str, str]:

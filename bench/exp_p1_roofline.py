@@ -213,14 +213,34 @@ def run(args) -> dict:
 
 # ---------------------------------------------------------------- rendering
 
-VARIANT_LABEL = {"eager": "HF eager", "fused": "fused (compile / merged GEMM)", "flash": "flash attention (sdpa)"}
+VARIANT_LABEL = {"eager": "HF eager", "fused": "torch.compile", "flash": "flash attention（sdpa）"}
+BOUND_ZH = {True: "访存", False: "计算"}
 
 
-def _footer(data):
+def ridge_flop_per_byte(data: dict) -> float:
+    """The measured ridge point: matmul ceiling ÷ copy bandwidth, in FLOP per byte."""
+    ceilings = data["results"]["ceilings"]
+    return ceilings["matmul"]["tflops"] * 1e12 / (ceilings["copy"]["gbps"] * 1e9)
+
+
+def _point(name):
+    return common.FUSION_POINT_ZH.get(name, name)
+
+
+def _variant(point_name, variant):
+    return "一次 GEMM（拼接权重）" if point_name == "QKV merge" and variant == "fused" else VARIANT_LABEL[variant]
+
+
+def _arrow(before, after):
+    return before if before == after else f"{before} → {after}"
+
+
+def _caption(data, extra=""):
     c = data["config"]
-    return (f"\n*Qwen3-{c['size']} geometry, {c['dtype']}; RMSNorm/RoPE/SwiGLU/QKV at B={c['batch']}, T={c['seq_len']} "
-            f"({c['tokens']} tokens); attention at B={c['softmax_batch']}, T={c['seq_len']}. Per token and per decoder "
-            f"layer, forward only. Fused = {c['fused']}.*\n\n" + common.env_line(data["environment"]) + "\n")
+    return common.setup_caption(
+        f"Qwen3-{c['size']} 几何，{common.dtype_short(c['dtype'])}；RMSNorm、RoPE、SwiGLU、QKV 在 B={c['batch']}、"
+        f"T={c['seq_len']}（{c['tokens']} 个 token）下，注意力在 B={c['softmax_batch']}、T={c['seq_len']} 下",
+        "FLOP 与字节按每 token、每个解码层的 forward 计", extra, sep="；")
 
 
 def _ceilings_table(data):
@@ -228,32 +248,33 @@ def _ceilings_table(data):
     copy, matmul = r["ceilings"]["copy"], r["ceilings"]["matmul"]
     m, n, k = matmul["shape"]
     rows = [
-        ["memory bandwidth (device-to-device copy, read + write)", f"{copy['gbps']:,.0f} GB/s",
-         f"{copy['bytes'] / 2**20:,.0f} MiB moved in {common.fmt(copy['median_us'])} µs"],
-        [f"{matmul['dtype']} matmul throughput", f"{common.fmt(matmul['tflops'])} TFLOP/s",
-         f"{m}×{k} @ {k}×{n} in {common.fmt(matmul['median_us'])} µs (one shape, one run: a practical "
-         f"ceiling, not the peak; other GEMMs can run faster)"],
-        ["ridge point = throughput / bandwidth", f"{common.fmt(r['ridge_flop_per_byte'])} FLOP/byte",
-         "below it an op is memory-bound"],
+        ["显存带宽（设备内拷贝，读 + 写）", f"{copy['gbps']:,.0f} GB/s",
+         f"读写共 {copy['bytes'] / 2**20:,.0f} MiB，用时 {common.fmt(copy['median_us'])} µs"],
+        [f"{common.dtype_short(matmul['dtype'])} 矩阵乘吞吐", f"{common.fmt(matmul['tflops'])} TFLOP/s",
+         f"{m}×{k} @ {k}×{n}，用时 {common.fmt(matmul['median_us'])} µs；只测了一个形状，是实用上限，不是峰值"],
+        ["脊点（矩阵乘吞吐 ÷ 拷贝带宽）", f"{common.fmt(ridge_flop_per_byte(data))} FLOP/字节",
+         "算术强度低于它的算子访存受限"],
     ]
-    return common.md_table(["ceiling", "measured", "how"], rows, align="lrl") + "\n" + common.env_line(data["environment"]) + "\n"
+    return common.md_table(["天花板", "实测值", "怎么测的"], rows, align="lrl")
 
 
 def _counts_table(data):
-    ridge = data["results"]["ridge_flop_per_byte"]
+    ridge = ridge_flop_per_byte(data)
     rows = []
     for p in data["results"]["points"]:
         e, f = p["eager"], p["fused"]
-        bound = "memory" if f["intensity"] < ridge else "compute"
-        rows.append([p["name"], f"{e['kernels']} → {f['kernels']}", f"{f['flops']:,.0f}", f"{e['bytes']:,.0f}",
-                     f"{f['bytes']:,.0f}", f"{common.fmt(e['intensity'])} → {common.fmt(f['intensity'])}", bound])
-    headers = ["fusable point", "kernels (eager → fused)", "FLOP / token", "bytes / token, eager", "bytes / token, fused",
-               "FLOP/byte (eager → fused)", "bound at the ridge"]
-    return common.md_table(headers, rows, align="lrrrrrl") + _footer(data)
+        rows.append([_point(p["name"]), f"{e['kernels']} → {f['kernels']}",
+                     _arrow(f"{e['flops']:,.0f}", f"{f['flops']:,.0f}"), f"{e['bytes']:,.0f} → {f['bytes']:,.0f}",
+                     f"{common.fmt(e['intensity'])} → {common.fmt(f['intensity'])}",
+                     _arrow(BOUND_ZH[e["intensity"] < ridge], BOUND_ZH[f["intensity"] < ridge])])
+    headers = ["融合点", "kernel 数（eager → 融合）", "FLOP / token", "字节 / token（eager → 融合）",
+               "算术强度（FLOP/字节，eager → 融合）", "受限于"]
+    return common.md_table(headers, rows, align="lrrrrl") + _caption(data)
 
 
 def _measured_table(data):
     copy = data["results"]["ceilings"]["copy"]["gbps"]
+    ridge = ridge_flop_per_byte(data)
     rows = []
     for p in data["results"]["points"]:
         m = p.get("measured", {})
@@ -264,14 +285,13 @@ def _measured_table(data):
             if variant not in m:
                 continue
             stats = m[variant]
-            speedup = f"{eager['median_us'] / stats['median_us']:.2f}×" if variant != "eager" else "1×"
-            memory_bound = p[variant]["intensity"] < data["results"]["ridge_flop_per_byte"]
-            rows.append([p["name"] if variant == "eager" else "", VARIANT_LABEL[variant], common.fmt(stats["median_us"]),
-                         speedup, common.fmt(stats["tflops"]),
-                         f"{stats['gbps']:,.0f} ({100 * stats['gbps'] / copy:.0f}%)" if memory_bound else "—"])
-    headers = ["fusable point", "implementation", "µs (median)", "speed-up vs eager", "TFLOP/s achieved",
-               "GB/s of its own bytes (% of copy)"]
-    return common.md_table(headers, rows, align="llrrrr") + _footer(data)
+            speedup = f"{common.fmt(eager['median_us'] / stats['median_us'])}×" if variant != "eager" else "1×"
+            memory_bound = p[variant]["intensity"] < ridge
+            rows.append([_point(p["name"]) if variant == "eager" else "", _variant(p["name"], variant),
+                         common.fmt(stats["median_us"]), speedup, common.fmt(stats["tflops"]),
+                         f"{stats['gbps']:,.0f}（{100 * stats['gbps'] / copy:.0f}%）" if memory_bound else "—"])
+    headers = ["融合点", "实现", "耗时（µs）", "相对 eager", "TFLOP/s", "带宽（GB/s，占拷贝上限）"]
+    return common.md_table(headers, rows, align="llrrrr") + _caption(data, "带宽按该实现自己读写的字节计，计算受限的行不列")
 
 
 def _roofline_plot(data):

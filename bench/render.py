@@ -4,6 +4,9 @@
     python -m bench.render --check    # fail if a committed artifact differs
 
 Each ``bench/exp_<name>.py`` module renders its own data file (see bench/common.py).
+Each ``bench/summary_<name>.py`` module with ``render_summary(load) -> dict[str, str]``
+renders artifacts that read several data files through ``load(name) -> data``; it is
+skipped when one of them is missing (``load`` raises :class:`MissingData`).
 """
 from __future__ import annotations
 
@@ -20,27 +23,47 @@ def experiment_modules():
         yield importlib.import_module(f"bench.{path.stem}")
 
 
+class MissingData(FileNotFoundError):
+    """A data file that a summary needs is not committed for this GPU."""
+
+
+def summary_modules():
+    for path in sorted((common.ROOT / "bench").glob("summary_*.py")):
+        module = importlib.import_module(f"bench.{path.stem}")
+        if hasattr(module, "render_summary"):
+            yield module
+
+
+def loader(gpu: str = common.DEFAULT_GPU):
+    """load(name) -> data of docs/data/<gpu>/<name>.json, raising MissingData when it is absent."""
+    def load(name: str) -> dict:
+        if not common.data_path(name, gpu).exists():
+            raise MissingData(common.data_path(name, gpu))
+        return common.load(name, gpu)
+    return load
+
+
 def render_all(gpu: str = common.DEFAULT_GPU) -> dict[pathlib.Path, str]:
-    """Map of output path -> expected content, for every experiment with data."""
+    """Map of output path -> expected content, for every experiment and summary with data."""
     artifacts: dict[pathlib.Path, str] = {}
-    for module in experiment_modules():
-        if not common.data_path(module.NAME, gpu).exists():
-            continue
-        for rel, text in module.render(common.load(module.NAME, gpu)).items():
+
+    def add(rendered: dict[str, str], owner: str):
+        for rel, text in rendered.items():
             path = common.GENERATED_DIR / rel
             if path in artifacts:
-                raise RuntimeError(f"two experiments render {rel}")
+                raise RuntimeError(f"{owner} renders {rel}, which another module renders too")
             artifacts[path] = text
-    load = lambda name: common.load(name, gpu)  # noqa: E731  (raises FileNotFoundError when missing)
-    for path in sorted((common.ROOT / "bench").glob("summary_*.py")):
+
+    for module in experiment_modules():
+        if common.data_path(module.NAME, gpu).exists():
+            add(module.render(common.load(module.NAME, gpu)), module.__name__)
+    load = loader(gpu)
+    for module in summary_modules():
         try:
-            rendered = importlib.import_module(f"bench.{path.stem}").render_summary(load)
-        except FileNotFoundError:  # a data file the summary needs is missing
+            rendered = module.render_summary(load)
+        except MissingData:
             continue
-        for rel, text in rendered.items():
-            if common.GENERATED_DIR / rel in artifacts:
-                raise RuntimeError(f"two modules render {rel}")
-            artifacts[common.GENERATED_DIR / rel] = text
+        add(rendered, module.__name__)
     return artifacts
 
 

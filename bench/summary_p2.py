@@ -41,7 +41,7 @@ def log_outcome(text: str) -> str:
         return "，".join(f"{n} {OUTCOME_ZH[kind]}" for n, kind in counts)
     gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
     if gates:
-        return "门限：" + "，".join(f"{variant_zh(v)} {'通过' if g == 'PASSED' else '未通过'}" for v, g in gates)
+        return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
     return ""
 
 
@@ -178,9 +178,11 @@ def conclusion(rms: dict, step: dict) -> str:
 
 
 def ridge_sentence(roofline: dict) -> str:
+    from bench.exp_p1_roofline import ridge_flop_per_byte
+
     r = roofline["results"]
     gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
-    text = f"{gpu} 的屋脊点实测约为 {r['ridge_flop_per_byte']:.0f} FLOP/字节（篇 1 §五）"
+    text = f"{gpu} 的屋脊点实测约为 {ridge_flop_per_byte(roofline):.0f} FLOP/字节（篇 1 §五）"
     norm = next((p for p in r.get("points", []) if p["name"] == "RMSNorm"), None)
     if norm:
         text += f"，RMSNorm 的算术强度约为 {norm['fused']['flops'] / norm['fused']['bytes']:.1f} FLOP/字节"

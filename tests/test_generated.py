@@ -121,11 +121,33 @@ def test_render_is_deterministic_and_labelled(name):
             header = next(line for line in text.splitlines() if line.startswith("|"))
             assert re.search(r"[\u4e00-\u9fff]", header), f"{rel}: header without Chinese: {header}"
             assert commit not in text and data["environment"]["torch"] not in text, f"{rel}: environment footer"
+            assert "GPU:" not in text, f"{rel}: the environment goes in the article's env box, not under a table"
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and "</svg>" in text
             assert re.search(r"\((ms|%|nats per byte)", text) or "(%)" in text, f"{rel}: axis units missing"
         else:
             pytest.fail(f"unexpected artifact type {rel}")
+
+
+def test_no_generated_table_carries_an_environment_footer():
+    """Environment and commits live in one box and one provenance table per article, not under tables."""
+    artifacts = {path.name: text for path, text in render_all().items()}
+    for name, text in artifacts.items():
+        if name.endswith(".md") and not name.endswith("_provenance.md"):
+            assert not re.search(r"commit `[0-9a-f]{7}", text) and "GPU: " not in text, name
+    if "p1_env.md" in artifacts:  # the 篇1 environment box and provenance table render from the data
+        assert artifacts["p1_env.md"].startswith('!!! info "实验环境"')
+        assert artifacts["p1_provenance.md"].startswith("| 数据文件 | 提交 | 测量日期 | 重新生成的命令 |")
+
+
+def test_env_box_and_provenance_table_build_from_environment_blocks():
+    data = json.loads((FIXTURES / "step.json").read_text(encoding="utf-8"))
+    env = data["environment"]
+    box = common.env_box([env], extra_keys=("liger_kernel",))
+    assert box.startswith('!!! info "实验环境"\n\n    - GPU：')
+    assert f"    - transformers：{env['transformers']}\n" in box and f"    - 测量日期：{env['date'][:10]}\n" in box
+    table = common.provenance_table({"step.json": data})
+    assert f"| `step.json` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
 
 
 # ---------------------------------------------------------------- (b) the number rule

@@ -6,13 +6,16 @@ is deterministic, labelled, and says what the article relies on, without a GPU.
 import copy
 import json
 import pathlib
+import re
 
 import pytest
 
-from bench import common, exp_p1_compile, exp_p1_profile, exp_p1_roofline
+from bench import common, exp_p1_compile, exp_p1_profile, exp_p1_roofline, summary_p1
+from bench.render import MissingData, loader
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 MODULES = {"p1_profile": exp_p1_profile, "p1_roofline": exp_p1_roofline, "p1_compile": exp_p1_compile}
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def fixture(name):
@@ -39,16 +42,24 @@ def test_render_is_deterministic_and_labelled(name, gpu):
     assert data["config"]["quick"] is True  # fixtures are smoke-test data, never published
     first = MODULES[name].render(data)
     assert first == MODULES[name].render(json.loads(json.dumps(data)))
-    env = common.env_line(data["environment"])
     for rel, text in first.items():
         assert rel.startswith("p1_"), rel  # no clash with the other experiments' artifacts
         if rel.endswith(".md"):
-            assert text.startswith("|") and env in text, rel
+            assert text.startswith("|"), rel
+            header = text.splitlines()[0]
+            assert header.count("|") - 1 <= 6 and CJK.search(header), f"{rel}: at most 6 columns, Chinese headers"
+            assert_no_environment_footer(text, data["environment"], rel)
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and text.rstrip().endswith("</svg>"), rel
             assert "<text" in text or "font" in text  # axis labels are text, not paths
         else:
             assert rel.endswith(".txt") and text.endswith("\n"), rel
+
+
+def assert_no_environment_footer(text, env, rel):
+    """The environment lives in one box per article (p1_env.md), not under every table."""
+    assert str(env["git_commit"])[:7] not in text, f"{rel}: a commit hash under a table"
+    assert "GPU:" not in text and f"torch {env['torch']}" not in text, f"{rel}: an environment footer"
 
 
 def test_profile_tables_say_what_the_article_relies_on():
@@ -60,11 +71,14 @@ def test_profile_tables_say_what_the_article_relies_on():
     assert "self.input_layernorm" in out["p1_decoder_layer_forward.txt"]
     assert "(0-35): 36 x Qwen3DecoderLayer" in out["p1_model_repr.txt"]
     launch = out["p1_profile_launch.md"]
-    for row in ("kernels per training step", "step time without the profiler", "gaps between kernels longer than",
-                "longest run of consecutive"):
+    for row in ("每个训练 step 的 kernel 数", "step 耗时（未开 profiler", "kernel 之间长于", "最长的一串连续"):
         assert row in launch
-    assert "CPU launches ahead" not in launch  # only a GPU trace has a GPU range
-    assert "CPU launches ahead" in exp_p1_profile.render(as_if_on_a_gpu(fixture("p1_profile")))["p1_profile_launch.md"]
+    assert "上界" in launch.splitlines()[-1]  # the caption says which rows the profiler inflates
+    assert "CPU 发射领先 GPU" not in launch  # only a GPU trace has a GPU range
+    assert "CPU 发射领先 GPU" in exp_p1_profile.render(as_if_on_a_gpu(fixture("p1_profile")))["p1_profile_launch.md"]
+    categories = out["p1_profile_categories.md"]
+    for row in fixture("p1_profile")["results"]["main"]["categories"]:
+        assert f"| {common.CATEGORY_ZH[row['category']]} | {row['kernels']} |" in categories
 
 
 def test_sweep_rows_follow_the_data():
@@ -79,20 +93,123 @@ def test_roofline_tables_follow_the_counts():
     out = exp_p1_roofline.render(data)
     counts = out["p1_roofline_counts.md"]
     for point in data["results"]["points"]:
-        assert f"| {point['name']} | {point['eager']['kernels']} → {point['fused']['kernels']} |" in counts
-    assert "ridge point" in out["p1_roofline_ceilings.md"]
+        name = common.FUSION_POINT_ZH[point["name"]]
+        assert f"| {name} | {point['eager']['kernels']} → {point['fused']['kernels']} |" in counts
+    ridge = exp_p1_roofline.ridge_flop_per_byte(data)
+    assert ridge == pytest.approx(data["results"]["ridge_flop_per_byte"])
+    assert f"| 脊点（矩阵乘吞吐 ÷ 拷贝带宽） | {common.fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
     assert "arithmetic intensity" in out["p1_roofline.svg"] and "TFLOP/s" in out["p1_roofline.svg"]
 
 
 def test_compile_tables_and_generated_code():
     data = as_if_on_a_gpu(fixture("p1_compile"))
     out = exp_p1_compile.render(data)
-    table = out["p1_compile.md"]
-    for label in exp_p1_compile.CONTENDERS.values():
-        assert label in table
+    for table in (out["p1_compile.md"], out["p1_compile_fwd.md"]):
+        for label in exp_p1_compile.CONTENDERS.values():
+            assert label in table
+    shape = data["results"]["shapes"][0]
+    forward_us = common.fmt(shape["contenders"]["compile"]["fwd"]["median_us"])
+    assert f"| torch.compile（Inductor） | {forward_us} |" in out["p1_compile_fwd.md"]
+    assert f"| {shape['compile_s']:.0f} |" in out["p1_compile_fwd.md"]
     forward = out["p1_inductor_rmsnorm_fwd.txt"]
     assert forward.startswith("# Generated by torch ") and "rsqrt" in forward
     first_kernel = data["results"]["rmsnorm"]["graphs"]["forward"][0]["name"]
     assert f"# kernel {first_kernel}" in forward
     kernels = out["p1_compile_kernels.md"]
     assert all(f"`{k['name']}`" in kernels for k in data["results"]["layer_kernels"]["forward"])
+
+
+# ---------------------------------------------------------------- summaries: environment box, provenance, key points
+
+def test_env_box_lists_each_distinct_value_and_the_date_range():
+    envs = [fixture(name)["environment"] for name in sorted(MODULES)]
+    on_gpu = as_if_on_a_gpu(fixture("p1_profile"))["environment"] | {
+        "sm_count": 132, "gpu_memory_gib": 139.8, "torch": "9.9.9", "date": "2026-12-01T00:00:00Z"}
+    box = common.env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
+    lines = box.splitlines()
+    assert lines[:2] == ['!!! info "实验环境"', ""] and all(line.startswith("    - ") for line in lines[2:])
+    assert "    - GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）\n" in box
+    assert f"    - torch：{envs[0]['torch']}、9.9.9\n" in box
+    assert f"    - triton：{envs[0]['triton']}\n" in box  # one value where the files agree
+    assert "    - 驱动：000.00\n" in box and f"    - liger-kernel：{envs[0]['liger_kernel']}\n" in box
+    assert "    - 测量日期：2026-11-29 至 2026-12-01\n" in box
+    assert envs[0]["git_commit"][:7] not in box
+    assert "liger" not in common.env_box(envs) and "测量日期：2026-11-29\n" in common.env_box(envs)
+
+
+def test_provenance_table_names_commit_date_and_command():
+    records = {f"{name}.json": fixture(name) for name in sorted(MODULES)}
+    table = common.provenance_table(records)
+    assert table.splitlines()[0] == "| 数据文件 | 提交 | 测量日期 | 重新生成的命令 |"
+    for name, data in records.items():
+        env = data["environment"]
+        assert f"| `{name}` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
+
+
+def test_summaries_are_skipped_without_data():
+    from bench.render import render_all
+
+    with pytest.raises(MissingData):
+        summary_p1.render_summary(loader("no-such-gpu"))
+    assert render_all("no-such-gpu") == {}
+
+
+@pytest.fixture(scope="module")
+def committed():
+    try:
+        return {name: loader()(name) for name in summary_p1.DATA}
+    except MissingData:
+        pytest.skip("no committed 篇1 data")
+
+
+def test_env_box_and_provenance_of_the_committed_data(committed):
+    out = summary_p1.render_summary(loader())
+    for data in committed.values():
+        env = data["environment"]
+        for key in ("gpu", "driver", "cuda", "torch", "triton", "transformers"):
+            assert str(env[key]) in out["p1_env.md"], key
+        assert env["date"][:10] in out["p1_env.md"] and env["git_commit"][:7] not in out["p1_env.md"]
+        assert f"`{env['git_commit'][:7]}`" in out["p1_provenance.md"]
+    trace = committed["p1_profile"]["results"]["main"]["trace_file"]
+    assert f"| `{trace}` |" in out["p1_provenance.md"]
+
+
+def test_keypoints_are_computed_from_the_data(committed):
+    """Recompute some numbers without the code that wrote them; every other share or ratio is in a table."""
+    from p1_profile_step import device_events, kernel_category, load_trace
+
+    text = summary_p1.render_summary(loader())["p1_keypoints.md"]
+    lines = text.splitlines()
+    assert lines[:2] == ['!!! abstract "要点"', ""] and len(lines) == 6
+    assert all(line.startswith("    - ") for line in lines[2:])
+
+    # kernels of one eager RMSNorm: the profiled layer starts with input_layernorm, up to its first GEMM
+    layer = committed["p1_profile"]["results"]["main"]["layer"]["device"]
+    first_gemm = next(i for i, k in enumerate(layer) if k["category"] == "GEMM")
+    norm = [k for k in layer[:first_gemm] if not k["kernel"].startswith("Memset")]
+    assert f"拆成 {len(norm)} 个 kernel" in text
+
+    # GEMM share and the small kernels, from the Perfetto trace instead of the JSON
+    kernels = device_events(load_trace(common.data_path("p1_profile").with_name(
+        committed["p1_profile"]["results"]["main"]["trace_file"])))
+    time_by = {}
+    for k in kernels:
+        time_by[kernel_category(k["name"])] = time_by.get(kernel_category(k["name"]), 0.0) + k["dur"]
+    total = sum(time_by.values())
+    small = [k for k in kernels if kernel_category(k["name"]) in summary_p1.SMALL_KERNELS]
+    small_share = 100 * sum(time_by.get(c, 0.0) for c in summary_p1.SMALL_KERNELS) / total
+    assert f"占 kernel 时间的 {100 * time_by['GEMM'] / total:.1f}%" in text
+    assert f"{small_share:.1f}%" in text and f"{len(kernels)} 个 kernel 里的 {len(small)} 个" in text
+
+    # RMSNorm bytes after / before, and the compile speed-up, from the raw numbers
+    rms = next(p for p in committed["p1_roofline"]["results"]["points"] if p["name"] == "RMSNorm")
+    kept = f"{100 * rms['fused']['bytes'] / rms['eager']['bytes']:.0f}%"
+    assert kept in text
+    large = max(committed["p1_compile"]["results"]["shapes"], key=lambda e: e["batch"] * e["seq_len"])
+    medians = {n: c["fwd_bwd"]["median_us"] for n, c in large["contenders"].items()}
+    assert f"快 {common.fmt(medians['eager'] / medians['compile'])}×" in text
+
+    tables = "".join(text for name in sorted(MODULES) for rel, text in MODULES[name].render(committed[name]).items()
+                     if rel.endswith(".md"))
+    for quoted in re.findall(r"\d[\d,.]*[%×]", text):
+        assert quoted in tables or quoted in (f"{small_share:.1f}%", kept), f"{quoted}: not recomputed, not in a table"

@@ -161,13 +161,13 @@ def test_log_outcome_parsing():
         == "1 失败，226 通过，7 跳过"
     assert summary_p2.log_outcome("25 passed, 1 warning in 32.36s\n") == "25 通过"
     assert summary_p2.log_outcome("  [loss_curve] amp: gate PASSED: x\n  [loss_curve] bf16: gate FAILED: y") \
-        == "门限：fp32 权重 + bf16 autocast 通过，bf16 权重 未通过"
+        == "门限：fp32 权重 + bf16 autocast 通过，bf16 权重未通过"
     assert summary_p2.log_outcome("no summary here") == ""
 
 
 def test_ridge_sentence_reads_papers_one_data():
     roofline = {"environment": {"gpu": "NVIDIA H200"},
-                "results": {"ridge_flop_per_byte": 158.6,
+                "results": {"ceilings": {"matmul": {"tflops": 634.4}, "copy": {"gbps": 4000.0}},
                             "points": [{"name": "RMSNorm", "fused": {"flops": 10, "bytes": 20}}]}}
     assert summary_p2.ridge_sentence(roofline) == \
         "H200 的屋脊点实测约为 159 FLOP/字节（篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
