@@ -50,7 +50,7 @@ import sysconfig
 import time
 
 from bench import _setup  # noqa: F401  (snippets on sys.path, Triton backend chosen)
-from bench import common
+from bench import common, prose
 
 NAME = "loss_curve"
 MODELS = ("hf", "triton", "control")
@@ -178,33 +178,69 @@ def run(args) -> dict:
 
 # ---------------------------------------------------------------- rendering
 
+VARIANT_ZH = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}
+
+
+def variant_zh(variant: str) -> str:
+    return VARIANT_ZH.get(variant, variant)
+
+
+def _caption(cfg: dict) -> str:
+    m = cfg["geometry"]
+    gate = cfg["gate"]
+    schedule = "余弦衰减到十分之一" if "cosine" in cfg.get("optimizer", "") else "lr 不变"
+    return (f"Qwen3 {m.get('num_hidden_layers')} 层，hidden {m.get('hidden_size')}，intermediate "
+            f"{m.get('intermediate_size')}，head_dim {m.get('head_dim')}，字节词表 {m.get('vocab_size')}；训练 "
+            f"{cfg['steps']} 步，每步 B={cfg['batch']}×T={cfg['seq_len']} 个 CPython {cfg['corpus']['python']} "
+            f"标准库的字节；AdamW，峰值 lr {cfg['lr']}，{cfg['warmup']} 步预热后{schedule}。末段 loss = 最后 "
+            f"{gate['final_window']} 步的均值；门限：末段差不超过 {100 * gate['final_rtol']:g}%，或对照末段差的两倍"
+            f"（取大者，即末段阈值），每一步的相对差不超过 {100 * gate['step_rtol']:g}%，全部有限。"
+            f"对照：只舍入一次的正确 RMSNorm。")
+
+
+def gate_sentence(data: dict) -> str:
+    """Both gates in one sentence, with the control's own distance from HF as the yardstick."""
+    cfg, results = data["config"], data["results"]
+    variants = cfg["variants"]
+    verdicts = [results[v]["gate"]["passed"] for v in variants]
+    head = (f"{len(variants)} 种精度设置都通过门限" if all(verdicts) else
+            f"未通过门限的精度设置：{prose.join(variant_zh(v) for v, ok in zip(variants, verdicts) if not ok)}")
+    parts = []
+    for v in variants:
+        g, c = results[v]["gate"], results[v]["control_gate"]
+        control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
+                   else f"对照与 HF 相差 {prose.pct(c['final_rel_diff'], 3)}")
+        parts.append(f"{variant_zh(v)}：生产版末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
+                     f"（阈值 {prose.pct(g.get('final_limit', g['final_rtol']), 3)}，{control}），"
+                     f"逐步最大相对差 {prose.pct(g['max_rel_diff'], 2)}")
+    return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
+
+
 def render(data: dict) -> dict[str, str]:
     cfg, results = data["config"], data["results"]
     f = common.fmt
-    rows = []
+    rows, detail = [], []
     for variant in cfg["variants"]:
         r = results[variant]
         g, c = r["gate"], r["control_gate"]
         rows.append([
-            VARIANT_LABELS.get(variant, variant), f(g["final_baseline"], 5), f(g["final_patched"], 5),
-            f"{100 * g['final_rel_diff']:.3f}%", f"{100 * c['final_rel_diff']:.3f}%",
-            f"{100 * g.get('final_limit', g['final_rtol']):.3f}%", f(g["max_abs_diff"], 3),
-            f"{100 * g['max_rel_diff']:.2f}%", f"{100 * c['max_rel_diff']:.2f}%", "pass" if g["passed"] else "FAIL",
+            variant_zh(variant), f"{100 * g['final_rel_diff']:.3f}", f"{100 * c['final_rel_diff']:.3f}",
+            f"{100 * g.get('final_limit', g['final_rtol']):.3f}",
+            f"{100 * g['max_rel_diff']:.2f}（{100 * c['max_rel_diff']:.2f}）", "通过" if g["passed"] else "未通过",
+        ])
+        detail.append([
+            variant_zh(variant), f(g["final_baseline"], 5), f(g["final_patched"], 5), f(g["max_abs_diff"], 3),
+            f"{100 * c['max_rel_diff']:.2f}", f"{100 * g['step_rtol']:g}",
         ])
     table = common.md_table(
-        ["precision", "final loss, HF", "final loss, Triton", "final-loss Δ, Triton vs HF", "same, control vs HF",
-         "final-loss limit", "max per-step abs. Δ (nats)", "max per-step relative Δ", "same, control vs HF", "gate"],
-        rows, "lrrrrrrrrc")
-    m = cfg["geometry"]
-    note = (f"*Qwen3, {m.get('num_hidden_layers')} layers, hidden {m.get('hidden_size')}, intermediate "
-            f"{m.get('intermediate_size')}, head_dim {m.get('head_dim')}, byte vocabulary 257; {cfg['steps']} steps "
-            f"of B={cfg['batch']} x T={cfg['seq_len']} byte tokens of the CPython {cfg['corpus']['python']} "
-            f"standard library; AdamW, peak lr {cfg['lr']}, {cfg['warmup']} warm-up steps, cosine decay to a tenth. "
-            f"Final loss = {cfg['final_loss']}. Gate: final loss within "
-            f"{100 * cfg['gate']['final_rtol']:g}% of HF, or within twice the control's final-loss difference when "
-            f"that is larger (the limit column), every step within {100 * cfg['gate']['step_rtol']:g}% "
-            f"of HF, all finite. Control: a correct RMSNorm that rounds once.*")
-    return {"loss_curve.md": table + "\n" + note + "\n", "loss_curve.svg": _plot(data)}
+        ["精度设置", "末段差：生产版 vs HF（%）", "末段差：对照 vs HF（%）", "末段阈值（%）",
+         "逐步最大相对差（%）：生产版（对照）", "判定"], rows, "lrrrrc")
+    detail_table = common.md_table(
+        ["精度设置", "末段 loss：HF（nats）", "末段 loss：生产版（nats）", "逐步最大绝对差（nats）",
+         "对照逐步最大相对差（%）", "逐步阈值（%）"], detail, "lrrrrr")
+    return {"loss_curve.md": prose.page(table, _caption(cfg), gate_sentence(data)),
+            "loss_curve_detail.md": prose.page(detail_table, "loss 以每字节 nats 计；" + _caption(cfg)),
+            "loss_curve.svg": _plot(data)}
 
 
 PLOT_LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}

@@ -17,7 +17,7 @@ import argparse
 import contextlib
 import sys
 
-from bench import common
+from bench import common, prose
 
 NAME = "rmsnorm"
 SHAPES = [  # (label, rows, width, dy layout)
@@ -238,52 +238,193 @@ def _size(nbytes):
     return f"{nbytes / 2**30:.0f} GiB" if nbytes >= 2**30 else f"{nbytes / 1e6:.0f} MB"
 
 
-def _table(data, phase):
+# Table labels (the plot keeps LABELS): peers, the teaching kernel and ours.
+ZH = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
+      "naive": "教学版", "triton": "生产版"}
+PEERS = ["hf", "torch_rms_norm", "compile_hf", "liger"]
+PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
+TIE = 0.01  # within 1 % of each other counts as a tie: the 20-80 % spread of a median is about 0.5 %
+
+
+def shape_label(rows, width, layout="contiguous", label=""):
+    """H=4096 for the hidden-size norms; q_norm / k_norm for the 128-wide head norms."""
+    if width != 128:
+        return f"H={width}"
+    kind = ("k_norm" if label.startswith("k") else "q_norm") if label else ("q_norm" if rows >= 16384 * 32 else "k_norm")
+    return kind + ("（dy 转置）" if layout == "heads_transposed" else "")
+
+
+def _label(s):
+    return shape_label(s["rows"], s["width"], s.get("dy_layout", "contiguous"), s.get("label", ""))
+
+
+def rows_caption(shapes) -> str:
+    """Where the row counts go: 'H=1024 … H=5120 各 16384 行，q_norm 为 524288×128，…'."""
+    wide = [s for s in shapes if s["width"] != 128]
+    parts = []
+    if wide:
+        names = f"{_label(wide[0])} … {_label(wide[-1])}" if len(wide) > 2 else prose.join(_label(s) for s in wide)
+        counts = {s["rows"] for s in wide}
+        parts.append(f"{names} 各 {counts.pop()} 行" if len(counts) == 1
+                     else prose.join(f"{_label(s)} {s['rows']} 行" for s in wide))
+    seen = set()
+    for s in shapes:
+        base = _label(s).split("（")[0]
+        if s["width"] == 128 and base not in seen:
+            seen.add(base)
+            parts.append(f"{base} 为 {s['rows']}×{s['width']}")
+    if any(s.get("dy_layout") == "heads_transposed" for s in shapes):
+        parts.append("「dy 转置」的 dy 是 (B, heads, T, D) 张量转置出的非连续视图")
+    return "，".join(parts)
+
+
+def _ceiling_text(res) -> str:
+    c = copy_ceiling(res)
+    timer = "eager 计时" if c["timer"] == "eager" else "CUDA graph 计时"
+    return f"本次测得最快的设备内拷贝：{_size(c['bytes'])}、{timer}，{c['gbps']:,.0f} GB/s"
+
+
+def vs_best_peer(data, phase) -> list[dict]:
+    """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger) and peer ÷ ours."""
     res = data["results"]
-    ceiling = copy_ceiling(res)
-    copy = ceiling["gbps"]
-    names = [n for n in CONTENDERS if any(n in s[phase] for s in res["shapes"])]
-    headers = ["shape"] + [LABELS[n] for n in names] + ["GB/s (ours)", "% of copy"]
-    # Only comparable when the copy was timed the same way (CUDA graph) as the kernels.
-    same_size = phase == "fwd" and all("calls_per_graph" in x["copy_same_bytes"] for x in res["shapes"])
-    headers += ["% of same-size copy"] if same_size else []
-    headers += ["best peer ÷ ours"]
-    rows = []
+    copy = copy_ceiling(res)["gbps"]
+    out = []
     for s in res["shapes"]:
         ours = s[phase]["triton"]
-        peers = {n: v["median_us"] for n, v in s[phase].items() if n not in ("triton", "naive")}
-        best_name = min(peers, key=peers.get)
-        row = [s["label"]] + [common.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names]
-        row += [f"{ours['gbps']:,.0f}", f"{100 * ours['gbps'] / copy:.0f}%"]
-        if same_size:  # a copy of x moves exactly the forward's bytes
-            row += [f"{100 * ours['gbps'] / s['copy_same_bytes']['gbps']:.0f}%"]
-        row += [f"{peers[best_name] / ours['median_us']:.2f}× ({LABELS[best_name]})"]
-        rows.append(row)
-    if ceiling["gbps"] == ceiling["large_copy_gbps"]:
-        copy_text = f"a device-to-device copy moving {_size(ceiling['bytes'])} ran at {copy:,.0f} GB/s (read + write)"
-    else:
-        timer = "timed eagerly" if ceiling["timer"] == "eager" else "timed like the kernels"
-        copy_text = (f"the fastest device-to-device copy of this run, {_size(ceiling['bytes'])} {timer}, at "
-                     f"{copy:,.0f} GB/s (read + write); the {_size(ceiling['large_copy_bytes'])} copy reached "
-                     f"only {ceiling['large_copy_gbps']:,.0f} GB/s inside a CUDA graph")
-    copy_line = (f"*Times in µs per call. Copy ceiling: {copy_text}. Bytes counted: "
-                 + ("read x + write y." if phase == "fwd" else "forward (read x, write y) + backward (read x, dy; write dx).")
-                 + " GPU time per call: median of CUDA-graph replays over rotating input sets (no L2 reuse, no host"
-                " overhead), bf16.*")
-    return common.md_table(headers, rows) + "\n" + copy_line + "\n"
+        peers = {n: s[phase][n]["median_us"] for n in PEERS if n in s[phase]}
+        best = min(peers, key=peers.get)
+        out.append({"label": _label(s), "ours_us": ours["median_us"], "of_copy": ours["gbps"] / copy,
+                    "peer": best, "peer_us": peers[best], "ratio": peers[best] / ours["median_us"],
+                    "hf_ratio": peers["hf"] / ours["median_us"] if "hf" in peers else None})
+    return out
+
+
+def at(labels) -> str:
+    """'在 H=1024、k_norm 上' (no space after a full-width parenthesis)."""
+    return f"在 {prose.glue(prose.join(labels), '上')}"
+
+
+def compare_sentence(rows, subject="生产版", other="最快的对手") -> str:
+    """How ``subject`` compares with ``other`` over the shapes: faster, tied (within 1 %) or slower, and where."""
+    faster = [r for r in rows if r["ratio"] >= 1 + TIE]
+    tied = [r for r in rows if 1 - TIE < r["ratio"] < 1 + TIE]
+    slower = [r for r in rows if r["ratio"] <= 1 - TIE]
+    if len(faster) == len(rows):
+        top = max(rows, key=lambda r: r["ratio"])
+        return (f"在全部 {len(rows)} 个形状上快于{other}，{other}用时是{subject}的 "
+                f"{prose.times_span(r['ratio'] for r in rows)} 倍（差距最大在 {top['label']}）")
+    clauses = []
+    if faster:
+        clauses.append(f"{at(r['label'] for r in faster)}快于{other}（{other}用时是{subject}的 "
+                       f"{prose.times_span(r['ratio'] for r in faster)} 倍）")
+    if tied:
+        clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 1%）")
+    if slower:
+        who = prose.join(dict.fromkeys(ZH[r["peer"]] for r in slower)) if "peer" in slower[0] else other
+        clauses.append(f"{at(r['label'] for r in slower)}比{other}（{who}）慢 "
+                       f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
+    return "，".join(clauses)
+
+
+def _table(data, phase):
+    rows = vs_best_peer(data, phase)
+    f = common.fmt
+    body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]), ZH[r["peer"]], f(r["peer_us"]), prose.times(r["ratio"])]
+            for r in rows]
+    table = common.md_table(["形状", "生产版（µs）", "占拷贝上限", "最快的对手", "对手（µs）", "对手 ÷ 生产版"], body, "lrrlrr")
+    takeaway = (f"{PHASE_ZH[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
+                f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare_sentence(rows)}。")
+    moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
+    caption = (f"bf16，{rows_caption(data['results']['shapes'])}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
+               f"轮换输入（不复用 L2）的中位数。字节按最少计（{moved}）；拷贝上限为{_ceiling_text(data['results'])}。")
+    return prose.page(table, caption, takeaway)
+
+
+def _contender_table(data, phase, caption):
+    shapes = data["results"]["shapes"]
+    names = PEERS + ["triton"]
+    body = [[_label(s)] + [common.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names] for s in shapes]
+    table = common.md_table(["形状"] + [ZH[n] for n in names], body)
+    return prose.page(table, caption + f"bf16，{rows_caption(shapes)}。")
+
+
+def _all_table(data, phase):
+    return _contender_table(data, phase, f"{PHASE_ZH[phase]} 每次调用的 GPU 时间（µs）：CUDA graph 重放、轮换输入"
+                                         "（不复用 L2）的中位数；")
 
 
 def _eager_table(data):
+    return _contender_table(data, "fwd_bwd_eager", "forward + backward 每次 eager 调用的时间（µs）："
+                            "triton.testing.do_bench 中位数，调用间清空 L2，含主机开销（Python、autograd、kernel 启动）；")
+
+
+def _naive_table(data):
+    shapes = data["results"]["shapes"]
+    f = common.fmt
+    body = [[_label(s), f(s["fwd"]["naive"]["median_us"]), f(s["fwd"]["triton"]["median_us"]),
+             f(s["fwd_bwd"]["naive"]["median_us"]), f(s["fwd_bwd"]["triton"]["median_us"])] for s in shapes]
+    table = common.md_table(["形状", "教学版 forward（µs）", "生产版 forward（µs）", "教学版 fwd+bwd（µs）",
+                             "生产版 fwd+bwd（µs）"], body)
+    sentences = []
+    for phase in ("fwd", "fwd_bwd"):
+        rows = [{"label": _label(s), "ratio": s[phase]["naive"]["median_us"] / s[phase]["triton"]["median_us"]}
+                for s in shapes]
+        close = [r for r in rows if r["ratio"] < 1.5]
+        slow = [r for r in rows if r["ratio"] >= 1.5]
+        parts = []
+        if close:
+            gap = max(abs(r["ratio"] - 1) for r in close)
+            where = at(r["label"] for r in close) if slow else f"在全部 {len(rows)} 个形状上"
+            parts.append(f"{where}与生产版相差不超过 {prose.pct(gap, 1)}")
+        if slow:
+            where = at(r["label"] for r in slow) if close else f"在全部 {len(rows)} 个形状上"
+            parts.append(f"{where}慢得多，用时是生产版的 {prose.times_span((r['ratio'] for r in slow), 1)} 倍")
+        sentences.append(f"{PHASE_ZH[phase]} {'，'.join(parts)}")
+    takeaway = "教学版（一个 program 处理一行）：" + "；".join(sentences) + "。"
+    caption = (f"bf16，{rows_caption(shapes)}。每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数。")
+    return prose.page(table, caption, takeaway)
+
+
+def copy_candidates(res) -> list[dict]:
+    """The copies ``copy_ceiling`` chooses from, grouped as the methods page lists them."""
+    large = res["copy"]
+    graph_timed = "calls_per_graph" in large
+    out = [{"name": "大块拷贝", "bytes": _size(large["bytes"]), "timer": "CUDA graph 重放" if graph_timed else "eager（do_bench）",
+            "gbps": [large["gbps"]]}]
+    if "eager" in large:
+        out.append({"name": "大块拷贝", "bytes": _size(large["bytes"]), "timer": "eager（do_bench）",
+                    "gbps": [large["eager"]["gbps"]]})
+    same = [s for s in res["shapes"] if graph_timed and "calls_per_graph" in s["copy_same_bytes"]]
+    if same:
+        out.append({"name": f"与各形状 forward 同字节的拷贝（{len(same)} 个）",
+                    "bytes": prose.span((s["bytes_fwd"] for s in same), _size), "timer": "CUDA graph 重放",
+                    "gbps": [s["copy_same_bytes"]["gbps"] for s in same]})
+    return out
+
+
+def _copy_table(data):
     res = data["results"]
-    names = [n for n in CONTENDERS if any(n in s["fwd_bwd_eager"] for s in res["shapes"])]
-    headers = ["shape"] + [LABELS[n] for n in names]
-    rows = []
-    for s in res["shapes"]:
-        rows.append([s["label"]] + [common.fmt(s["fwd_bwd_eager"][n]["median_us"]) if n in s["fwd_bwd_eager"] else "—"
-                                    for n in names])
-    note = ("*Forward + backward per eager call in µs (do_bench median, L2 flushed): "
-            "GPU time plus whatever the host adds (Python, autograd, launches) when it is the slower side.*")
-    return common.md_table(headers, rows) + "\n" + note + "\n"
+    ceiling = copy_ceiling(res)["gbps"]
+    body = [[c["name"], c["bytes"], c["timer"], prose.span(c["gbps"], lambda v: f"{v:,.0f}"),
+             "是" if ceiling in c["gbps"] else "—"] for c in copy_candidates(res)]
+    table = common.md_table(["候选", "字节", "计时方式", "带宽（GB/s）", "作为拷贝上限"], body, "lllrl")
+    caption = ("设备内拷贝 dst.copy_(src)，带宽 = 读 + 写的字节 ÷ 时间；拷贝上限取本次运行测得最快的一次，"
+               "各表的「占拷贝上限」都以它为分母。")
+    return prose.page(table, caption)
+
+
+def _same_size_table(data):
+    shapes = data["results"]["shapes"]
+    if not all("calls_per_graph" in s["copy_same_bytes"] for s in shapes):
+        return None  # only comparable when the copy was timed like the kernels
+    body = [[_label(s), f"{s['bytes_fwd'] / 1e6:.0f}", f"{s['copy_same_bytes']['gbps']:,.0f}",
+             f"{s['fwd']['triton']['gbps']:,.0f}", prose.pct(s["fwd"]["triton"]["gbps"] / s["copy_same_bytes"]["gbps"])]
+            for s in shapes]
+    table = common.md_table(["形状", "字节（MB）", "同字节拷贝（GB/s）", "生产版 forward（GB/s）",
+                             "生产版 forward 占同字节拷贝"], body)
+    caption = (f"同字节拷贝：把 x 拷贝一次，读写的字节与 forward 相同，与 kernel 一样在 CUDA graph 里计时；"
+               f"bf16，{rows_caption(shapes)}。")
+    return prose.page(table, caption)
 
 
 PLOT_LABELS = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
@@ -327,22 +468,30 @@ def _bandwidth_plot(data):
 
 
 def _rstd_table(data):
-    rows = []
-    for r in data["results"]["rstd"]:
-        rows.append([f"{r['rows']}×{r['width']}", common.fmt(r["saved_us"]), common.fmt(r["recomputed_us"]),
-                     f"{r['recomputed_us'] / r['saved_us']:.2f}×", f"{r['rstd_bytes'] / 2**20:.2f} MiB"])
-    headers = ["backward shape", "saved rstd µs", "recomputed rstd µs", "recompute / saved", "rstd memory"]
-    return common.md_table(headers, rows)
+    entries = data["results"]["rstd"]
+    shapes = [{"rows": r["rows"], "width": r["width"]} for r in entries]
+    body = [[_label(s), common.fmt(r["saved_us"]), common.fmt(r["recomputed_us"]),
+             prose.times(r["recomputed_us"] / r["saved_us"]), f"{r['rstd_bytes'] / 2**20:.2f}"]
+            for s, r in zip(shapes, entries)]
+    table = common.md_table(["形状", "保存 rstd（µs）", "重算 rstd（µs）", "重算 ÷ 保存", "rstd 显存（MiB）"], body)
+    caption = (f"只计 backward：CUDA graph 重放的 GPU 时间中位数；rstd 每行一个 fp32。bf16，{rows_caption(shapes)}。")
+    return prose.page(table, caption)
 
 
 def render(data: dict) -> dict[str, str]:
-    return {
+    out = {
         "rmsnorm_fwd.md": _table(data, "fwd"),
         "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
+        "rmsnorm_fwd_all.md": _all_table(data, "fwd"),
+        "rmsnorm_fwdbwd_all.md": _all_table(data, "fwd_bwd"),
+        "rmsnorm_naive.md": _naive_table(data),
+        "rmsnorm_copy.md": _copy_table(data),
+        "rmsnorm_same_size.md": _same_size_table(data),
         "rmsnorm_rstd.md": _rstd_table(data),
         "rmsnorm_eager.md": _eager_table(data),
         "rmsnorm_bandwidth.svg": _bandwidth_plot(data),
     }
+    return {name: text for name, text in out.items() if text is not None}
 
 
 def print_summary(payload):

@@ -62,7 +62,7 @@ import time
 import traceback
 
 from bench import _setup  # noqa: F401  (snippets on sys.path, Triton backend chosen)
-from bench import common
+from bench import common, prose
 
 NAME = "step"
 
@@ -477,54 +477,126 @@ def _summary(data: dict) -> list[dict]:
     return rows
 
 
-def _config_line(data: dict) -> str:
+TIER_ZH = {
+    "eager": "HF eager",
+    "torch_rmsnorm": "HF + F.rms_norm",
+    "triton_fwd": "生产版（只换 forward）",
+    "triton": "生产版（forward + backward）",
+    "compile": "torch.compile",
+    "triton_compile": "生产版 + torch.compile",
+    "liger": "Liger（全套补丁）",
+}
+FUSES_MORE = {"compile", "triton_compile", "liger"}  # tiers that fuse more than RMSNorm
+
+
+def tier_zh(tier: str) -> str:
+    return TIER_ZH.get(tier, tier)
+
+
+def geometry_zh(data: dict) -> str:
+    """'Qwen3-8B 几何、8 层'."""
+    cfg = data["config"]
+    return f"Qwen3-{cfg['model']['size']} 几何、{cfg.get('geometry', {}).get('num_hidden_layers')} 层"
+
+
+def _caption(data: dict) -> str:
     cfg = data["config"]
     g = cfg.get("geometry", {})
-    return (f"*Qwen3 {cfg['model']['size']} geometry (hidden {g.get('hidden_size')}, intermediate "
-            f"{g.get('intermediate_size')}, head_dim {g.get('head_dim')}, vocab {g.get('vocab_size')}), "
-            f"{g.get('num_hidden_layers')} layers, B={cfg['batch']}, T={cfg['seq_len']}, {cfg['dtype']}, "
-            f"sdpa, activation checkpointing {'on' if cfg['activation_checkpointing'] else 'off'}; "
-            f"step = {cfg['step']}; median of {cfg['timed_steps']} steps after {cfg['warmup']} warm-up.*")
+    return (f"{geometry_zh(data)}（hidden {g.get('hidden_size')}、intermediate {g.get('intermediate_size')}、"
+            f"head_dim {g.get('head_dim')}、词表 {g.get('vocab_size')}），B={cfg['batch']}，T={cfg['seq_len']}，"
+            f"{cfg['dtype']}，{cfg.get('attention', 'sdpa')} 注意力，激活检查点"
+            f"{'开' if cfg['activation_checkpointing'] else '关'}；一步 = zero_grad + 带 labels 的 forward + backward，"
+            f"不含优化器更新；CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。")
+
+
+def _ok(rows: list[dict]) -> dict[str, dict]:
+    return {r["tier"]: r for r in rows if r["status"] == "ok"}
+
+
+def _step_takeaway(data: dict, rows: list[dict]) -> str:
+    ok = _ok(rows)
+    base, ours = ok.get(BASELINE), ok.get("triton")
+    if not base or not ours:
+        return f"{geometry_zh(data)}的一步训练：HF eager 或生产版这一档没有跑成，见表。"
+    f = common.fmt
+    verb = "降到" if ours["step"] < base["step"] else "变成"
+    parts = [f"{geometry_zh(data)}的一步训练：生产版（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
+             f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
+    if "torch_rmsnorm" in ok:
+        parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
+    if "triton_fwd" in ok:
+        fwd = ok["triton_fwd"]["speedup"]
+        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1.01 else "收益小于两者都换"))
+    faster = [t for t in ("compile", "triton_compile", "liger") if t in ok and ok[t]["step"] < ours["step"] * 0.99]
+    if faster:
+        parts.append(prose.join(prose.glue(tier_zh(t), prose.times(ok[t]["speedup"])) for t in faster)
+                     + " 都更快：它们融合的不止 RMSNorm")
+    return "；".join(parts) + "。"
+
+
+def _share_takeaway(data: dict, rows: list[dict]) -> str:
+    ok = _ok(rows)
+    base, ours = ok.get(BASELINE), ok.get("triton")
+    if not base or base["rms"] is None:
+        return "RMSNorm 在一步中的占比：HF eager 这一档没有测到，见表。"
+    f = common.fmt
+    text = (f"HF eager 的一步里 RMSNorm 占 {prose.pct(base['share'], 1)}（{f(base['rms'])} ms），"
+            f"即使它不花时间，一步的加速上限也只有 {prose.times(base['bound'], 3)}（Amdahl）")
+    if ours and ours["rms"] is not None:
+        verb = "降到" if ours["share"] < base["share"] else "反而升到"
+        text += f"；换成生产版后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
+    fwd = ok.get("triton_fwd")
+    if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
+        text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"
+    return text + "。"
 
 
 def render(data: dict) -> dict[str, str]:
     rows = _summary(data)
     f = common.fmt
 
-    step_rows = []
+    step_rows, detail_rows = [], []
     for r in rows:
         if r["status"] != "ok":
-            step_rows.append([r["label"], f"not run: {r['status']}", "—", "—", "—", "—", "—"])
+            step_rows.append([tier_zh(r["tier"]), f"未运行：{r['status']}", "—", "—", "—"])
+            detail_rows.append([tier_zh(r["tier"]), "—", "—"])
             continue
         step_rows.append([
-            r["label"], f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
-            f"{r['speedup']:.2f}×" if r["speedup"] else "—",
-            f"{r['tokens_per_s']:,.0f}", f(r["peak"], 3) if r["peak"] is not None else "—", f"{r['loss']:.4f}",
+            tier_zh(r["tier"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
         ])
-    step_table = common.md_table(["setup", "step (ms, median)", "range (ms)", "speed-up vs HF eager", "tokens/s",
-                                  "peak memory (GiB)", "loss, step 1"], step_rows, "lrrrrrr")
+        detail_rows.append([tier_zh(r["tier"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
+    step_table = common.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "峰值显存（GiB）"],
+                                 step_rows, "lrrrr")
+    cfg = data["config"]
+    detail_table = common.md_table(["档位", "tokens/s", "第一步 loss"], detail_rows, "lrr")
 
     share_rows = []
     for r in rows:
         if r["status"] != "ok":
             continue
         if r["rms"] is None:
-            share_rows.append([r["label"], f(r["step"], 4), "not separable (fused by Inductor)", "—", "—", "—"])
+            share_rows.append([tier_zh(r["tier"]), f(r["step"], 4), "分不开（被 Inductor 融合）", "—", "—", "—"])
             continue
         share_rows.append([
-            r["label"], f(r["step"], 4), f(r["rms"], 3), f"{100 * r['share']:.1f}%", f(r["without"], 4),
-            f"{r['bound']:.3f}×" if r["bound"] else "—",
+            tier_zh(r["tier"]), f(r["step"], 4), f(r["rms"], 3), prose.pct(r["share"], 1), f(r["without"], 4),
+            prose.times(r["bound"], 3) if r["bound"] else "—",
         ])
-    share_table = common.md_table(["setup", "step (ms)", "RMSNorm (ms/step)", "RMSNorm share",
-                                   "step with 0-time RMSNorm (ms)", "Amdahl bound"], share_rows, "lrrrrr")
+    share_table = common.md_table(["档位", "step（ms）", "RMSNorm（ms / step）", "RMSNorm 占比", "RMSNorm 为零时（ms）",
+                                   "Amdahl 上限"], share_rows, "lrrrrr")
 
-    skipped = [f"- {r['label']}: {r['status']} ({r['reason']})" for r in rows if r["status"] != "ok"]
-    notes = ("\n" + "\n".join(skipped) + "\n") if skipped else ""
+    skipped = [f"{tier_zh(r['tier'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
+    not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
     return {
-        "step_time.md": step_table + "\n" + _config_line(data) + "\n" + notes,
-        "step_rmsnorm_share.md": share_table + "\n" + _config_line(data) + "\n\n"
-        + "*RMSNorm time from one profiled step: kernels inside each norm module's forward range plus the backward "
-        "nodes linked to them by autograd sequence number; compiled tiers by kernel name.*\n",
+        "step_time.md": prose.page(step_table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
+                                   _step_takeaway(data, rows)),
+        "step_detail.md": prose.page(detail_table, f"tokens/s = B×T ÷ step 中位数（一步 {cfg['batch'] * cfg['seq_len']} 个 "
+                                     "token）；第一步 loss：同一随机初始化、同一批数据上的交叉熵，各档位应几乎相同。"),
+        "step_rmsnorm_share.md": prose.page(
+            share_table,
+            "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
+            "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
+            + _caption(data), _share_takeaway(data, rows)),
         "step_time.svg": _plot(rows, data),
     }
 

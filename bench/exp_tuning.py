@@ -10,8 +10,9 @@ candidates, and what the shipped heuristics ``forward_config`` / ``backward_conf
 from __future__ import annotations
 
 import contextlib
+import re
 
-from bench import common
+from bench import common, prose
 
 NAME = "tuning"
 WIDTHS = [(16384 * 32, 128), (16384, 1024), (16384, 2048), (16384, 2560), (16384, 4096), (16384, 5120)]
@@ -124,26 +125,53 @@ def _best(entries):
     return min(entries, key=lambda e: e["us"])
 
 
-def _table(data):
+def _label(e):
+    from bench.exp_rmsnorm import shape_label
+
+    return shape_label(e["rows"], e["width"])
+
+
+def _caption(data):
+    from bench.exp_rmsnorm import rows_caption
+
+    counts = re.search(r"(\d+) calls per graph, (\d+) replays", data["config"].get("timer", ""))
+    counts = f"（每个 graph {counts[1]} 次调用，重放 {counts[2]} 次）" if counts else ""
+    return (f"{data['config']['dtype']}，{rows_caption(data['results'])}。每个配置的时间为 CUDA graph 重放的 GPU 时间"
+            f"中位数{counts}；「行」是每个 program 处理的行数 BLOCK_ROWS。")
+
+
+def _fwd_table(data):
+    f = common.fmt
     rows = []
     for e in data["results"]:
-        best_fwd, best_bwd = _best(e["fwd"]), _best(e["bwd"])
+        best = _best(e["fwd"])
         auto = e.get("autotune_fwd_pick")
-        auto_text = f"{auto['block_rows']} / {auto['num_warps']}" if auto else "—"
-        worst_fwd = max(x["us"] for x in e["fwd"])
         rows.append([
-            f"{e['rows']}×{e['width']}",
-            f"{best_fwd['block_rows']} / {best_fwd['num_warps']}: {common.fmt(best_fwd['us'])} µs",
-            auto_text,
-            f"{e['heuristic']['block_rows']} / {e['heuristic']['num_warps']}: {common.fmt(e['heuristic_fwd_us'])} µs",
-            f"{worst_fwd / best_fwd['us']:.1f}×",
-            f"{best_bwd['block_rows']} / {best_bwd['num_warps']} / {best_bwd['programs_per_sm']}: {common.fmt(best_bwd['us'])} µs",
-            f"{e['heuristic_bwd']['block_rows']} / {e['heuristic_bwd']['num_warps']} / "
-            f"{e['heuristic_bwd']['programs_per_sm']}: {common.fmt(e['heuristic_bwd_us'])} µs",
+            _label(e),
+            f"{best['block_rows']} / {best['num_warps']}：{f(best['us'])}",
+            f"{auto['block_rows']} / {auto['num_warps']}" if auto else "—",
+            f"{e['heuristic']['block_rows']} / {e['heuristic']['num_warps']}：{f(e['heuristic_fwd_us'])}",
+            prose.times(max(x["us"] for x in e["fwd"]) / best["us"], 1),
         ])
-    headers = ["rows×H", "fwd best (rows / warps)", "autotune pick", "shipped heuristic fwd",
-               "fwd worst / best", "bwd best (rows / warps / per SM)", "shipped heuristic bwd"]
-    return common.md_table(headers, rows, "lllllll")
+    headers = ["形状", "扫描最优（行 / warps）：µs", "autotune 选择（行 / warps）", "发布的启发式（行 / warps）：µs",
+               "最慢 ÷ 最快"]
+    return prose.page(common.md_table(headers, rows, "lllll"), "forward。" + _caption(data))
+
+
+def _bwd_table(data):
+    f = common.fmt
+    rows = []
+    for e in data["results"]:
+        best, h = _best(e["bwd"]), e["heuristic_bwd"]
+        rows.append([
+            _label(e),
+            f"{best['block_rows']} / {best['num_warps']} / {best['programs_per_sm']}：{f(best['us'])}",
+            f"{h['block_rows']} / {h['num_warps']} / {h['programs_per_sm']}：{f(e['heuristic_bwd_us'])}",
+            prose.times(e["heuristic_bwd_us"] / best["us"]),
+        ])
+    headers = ["形状", "扫描最优（行 / warps / 每 SM）：µs", "发布的启发式（行 / warps / 每 SM）：µs", "启发式 ÷ 扫描最优"]
+    return prose.page(common.md_table(headers, rows, "lllr"),
+                      "backward；「每 SM」是每个 SM 上的 program 数。" + _caption(data))
 
 
 PLOT_WIDTHS = {128: "q_norm 的 128 宽行", 4096: "H=4096"}  # the narrow and the wide row of 篇2 §七
@@ -211,4 +239,6 @@ def _plot(data):
 
 
 def render(data: dict) -> dict[str, str]:
-    return {"tuning.md": _table(data), "tuning.svg": _plot(data)}
+    fwd, bwd = _fwd_table(data), _bwd_table(data)
+    # tuning.md: both tables, only until docs/triton-rmsnorm.md includes tuning_fwd.md and tuning_bwd.md.
+    return {"tuning_fwd.md": fwd, "tuning_bwd.md": bwd, "tuning.md": fwd + "\n" + bwd, "tuning.svg": _plot(data)}

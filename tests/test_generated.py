@@ -156,16 +156,18 @@ def _experiment_modules():
 
 @pytest.mark.parametrize("name", ["step", "loss_curve"])
 def test_render_is_deterministic_and_labelled(name):
-    """Render a committed fixture (a --quick CPU run) twice: same bytes, no environment footer, labelled axes."""
+    """Render a committed fixture (a --quick CPU run) twice: same bytes, a table with a Chinese header and no
+    environment footer (the page's 实验环境 box has it), labelled axes."""
     module = _experiment_modules()[name]
     data = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
     first, second = module.render(data), module.render(json.loads(json.dumps(data)))
     assert first == second
-    env = data["environment"]
+    commit = str(data["environment"]["git_commit"])[:7]
     for rel, text in first.items():
         if rel.endswith(".md"):
-            assert text.lstrip().startswith("|"), rel
-            assert str(env["git_commit"])[:7] not in text and "commit `" not in text, f"{rel}: a commit under a table"
+            header = next(line for line in text.splitlines() if line.startswith("|"))
+            assert re.search(r"[\u4e00-\u9fff]", header), f"{rel}: header without Chinese: {header}"
+            assert commit not in text and data["environment"]["torch"] not in text, f"{rel}: environment footer"
             assert "GPU:" not in text, f"{rel}: the environment goes in the article's env box, not under a table"
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and "</svg>" in text

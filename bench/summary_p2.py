@@ -1,0 +1,208 @@
+"""Artifacts of 篇2 that read several data files: environment, provenance, key points, conclusion.
+
+``render_summary(load)`` is called by ``bench/render.py`` with ``load(name) -> data`` (it raises
+when a data file is missing, and the whole summary is then skipped). Every number and every
+comparison word below is computed from the data, so the prose cannot drift from the tables.
+"""
+from __future__ import annotations
+
+import re
+
+from bench import common, prose
+from bench.exp_loss_curve import variant_zh
+from bench.exp_rmsnorm import ZH, compare_sentence, vs_best_peer
+from bench.exp_step import BASELINE, _summary, geometry_zh, tier_zh
+
+DATA = ("rmsnorm", "tuning", "step", "loss_curve")
+
+# Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
+LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"loss-curve-.*\.log", r"profile-rmsnorm-.*\.log")
+LOGS = {
+    "gpu-kernel-tests-42f31f2.log": "kernel 测试（tests/test_rmsnorm_triton.py）在 H200 上的一次运行，随机扫描一项未过",
+    "gpu-tests-85d659c.log": "GPU 全套测试",
+    "gpu-tests-aeb7b6f.log": "GPU 全套测试",
+    "gpu-tests-1a2febb.log": "修正之后的 GPU 测试部分重跑",
+    "gpu-tests-0755db4.log": "GPU 全套测试，rmsnorm 与 tuning 数据所在的提交",
+    "gpu-tests-kernel-f1fc235.log": "kernel、数值验证、补丁、调参与 loss 门限的 GPU 测试",
+    "loss-curve-partial-128145e.log": "loss 曲线的一次不完整运行：设备时间用完，bf16 没有跑完",
+    "loss-curve-constant-lr-85d659c.log": "预热后 lr 保持不变的第一次运行；之后改为余弦衰减",
+    "loss-curve-fixed-gate-b370c8a.log": "固定末段阈值的运行；之后阈值改为参照对照自身的噪声（同一作业也跑了 step 实验）",
+    "loss-curve-6bee182.log": "loss_curve.json 那次运行的日志",
+    "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
+}
+OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
+
+
+def log_outcome(text: str) -> str:
+    """'48 通过，1 失败' from pytest's summary line; '门限 amp 通过，bf16 未通过' from a loss-curve log."""
+    summaries = re.findall(r"^[= ]*(\d+ (?:passed|failed)[^\n]*?) in [\d.]+s", text, re.MULTILINE)
+    if summaries:
+        counts = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summaries[-1])
+        return "，".join(f"{n} {OUTCOME_ZH[kind]}" for n, kind in counts)
+    gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
+    if gates:
+        return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
+    return ""
+
+
+def p2_logs(gpu: str) -> list[tuple[str, str]]:
+    """(file, description) of every 篇2 log committed under docs/data/<gpu>/."""
+    folder = common.DATA_DIR / gpu
+    names = sorted(p.name for p in folder.glob("*.log") if any(re.fullmatch(x, p.name) for x in LOG_PATTERNS))
+    missing = [n for n in names if n not in LOGS]
+    if missing:
+        raise KeyError(f"describe these 篇2 logs in bench/summary_p2.py LOGS: {missing}")
+    out = []
+    for name in names:
+        outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
+        out.append((name, LOGS[name] + (f"（{outcome}）" if outcome else "")))
+    return out
+
+
+def _h4096(rms: dict) -> dict:
+    return next(s for s in rms["results"]["shapes"] if s["width"] == 4096 and s["dy_layout"] == "contiguous")
+
+
+def _names(tiers) -> str:
+    """'torch.compile、Liger（全套补丁）', spaced for the CJK word that follows."""
+    return prose.glue(prose.join(tier_zh(t) for t in tiers), "")
+
+
+def _steps(step: dict) -> dict[str, dict]:
+    return {r["tier"]: r for r in _summary(step) if r["status"] == "ok"}
+
+
+def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
+    points = []
+    fwd = vs_best_peer(rms, "fwd")
+    peers = prose.join(dict.fromkeys(ZH[r["peer"]] for r in fwd))
+    slow = [r for r in fwd if r["ratio"] < 1]
+    fast = [r for r in fwd if r["ratio"] > 1]
+    detail = []
+    if slow:
+        worst = min(slow, key=lambda r: r["ratio"])
+        detail.append(f"最多慢 {prose.pct(1 / worst['ratio'] - 1)}（{worst['label']}）")
+    if fast:
+        best = max(fast, key=lambda r: r["ratio"])
+        detail.append(f"最多快 {prose.pct(best['ratio'] - 1)}（{best['label']}）")
+    points.append(f"forward：生产版达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
+                  f"与最快的对手（{peers}）{'互有快慢' if slow and fast else '相比'}：{'，'.join(detail)}。")
+
+    both = vs_best_peer(rms, "fwd_bwd")
+    if all(r["ratio"] > 1 for r in both):
+        text = (f"forward + backward：生产版在全部 {len(both)} 个形状上最快，最快的对手用时是它的 "
+                f"{prose.times_span(r['ratio'] for r in both)} 倍")
+    else:
+        text = f"forward + backward：生产版{compare_sentence(both)}"
+    if all(r["hf_ratio"] for r in both):
+        text += f"，HF eager 是 {prose.times_span((r['hf_ratio'] for r in both), 1)} 倍"
+    points.append(text + "。")
+
+    ok = _steps(step)
+    base, ours = ok.get(BASELINE), ok.get("triton")
+    if base and ours:
+        text = f"训练 step（{geometry_zh(step)}）：生产版是 HF eager 的 {prose.times(ours['speedup'])}"
+        if base["share"] is not None and ours["share"] is not None:
+            text += f"，RMSNorm 占比从 {prose.pct(base['share'], 1)} 降到 {prose.pct(ours['share'], 1)}"
+        faster = [t for t in ("compile", "liger") if t in ok and ok[t]["step"] < ours["step"]]
+        if faster:
+            text += (f"；{_names(faster)}更快"
+                     f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），因为它们融合的不止 RMSNorm")
+        points.append(text + "。")
+    if base and "triton_fwd" in ok:
+        gain = ok["triton_fwd"]["speedup"]
+        points.append(f"只换 forward、backward 仍走 autograd：step 是 HF eager 的 {prose.times(gain)}，"
+                      + ("没有收益。" if gain < 1.01 else "收益小于两者都换。"))
+
+    cfg, res = loss["config"], loss["results"]
+    variants = cfg["variants"]
+    passed = all(res[v]["gate"]["passed"] for v in variants)
+    parts = []
+    for v in variants:
+        g, c = res[v]["gate"], res[v]["control_gate"]
+        control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
+                   else f"对照 {prose.pct(c['final_rel_diff'], 3)}")
+        parts.append(f"{prose.glue(variant_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
+    limit = max(res[v]["gate"].get("final_limit", res[v]["gate"]["final_rtol"]) for v in variants)
+    points.append(f"loss 曲线：{cfg['steps']} 步，{len(variants)} 种精度设置"
+                  + ("都通过门限" if passed else "并未都通过门限")
+                  + f"；末段 loss 与 HF 的差：{'；'.join(parts)}（阈值 {prose.pct(limit, 1)}）。")
+    return points
+
+
+def conclusion(rms: dict, step: dict) -> str:
+    shape = _h4096(rms)
+    op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
+    ok = _steps(step)
+    base = ok.get(BASELINE)
+    rows_spec = [("HF eager", "hf", "eager"), ("F.rms_norm", "torch_rms_norm", "torch_rmsnorm"),
+                 ("torch.compile(HF)", "compile_hf", "compile"), ("Liger", "liger", "liger"),
+                 ("生产版", "triton", "triton"), ("生产版 + torch.compile", None, "triton_compile")]
+    f = common.fmt
+    rows = []
+    for label, op_name, tier in rows_spec:
+        us = op.get(op_name) if op_name else None
+        s = ok.get(tier)
+        rows.append([
+            label, f(us) if us else "—", prose.times(op["hf"] / us, 1) if us and "hf" in op else "—",
+            f(s["step"], 4) if s else "—", prose.times(s["speedup"]) if s and s["speedup"] else "—",
+            f(s["peak"], 3) if s and s["peak"] is not None else "—",
+        ])
+    table = common.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
+                             "峰值显存（GiB）"], rows, "lrrrrr")
+
+    peers = {n: op[n] for n in ("hf", "torch_rms_norm", "compile_hf", "liger") if n in op}
+    best = min(peers, key=peers.get)
+    ours = op["triton"]
+    text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
+            f"最快的对手 {ZH[best]} 是 {peers[best] / ours:.2f} 倍")
+    mine = ok.get("triton")
+    if base and mine:
+        text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
+                 f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
+                 f"（{prose.times(mine['speedup'])}）")
+        faster = [t for t in ("compile", "liger") if t in ok and ok[t]["step"] < mine["step"]]
+        if faster:
+            text += (f"，{_names(faster)}更快"
+                     f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
+        if "triton_compile" in ok and "compile" in ok:
+            ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
+            relation = ("持平（相差不到 1%）" if abs(ratio - 1) < 0.01
+                        else f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1))}")
+            text += f"；生产版 + torch.compile 与单独的 torch.compile {relation}"
+    caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
+               f"训练 step 列：{geometry_zh(step)}，B={step['config']['batch']}，T={step['config']['seq_len']}，"
+               "一步 = zero_grad + forward + backward；Liger 一行的 step 用的是 apply_liger_kernel_to_qwen3() 的全套补丁"
+               "（RoPE、RMSNorm、SwiGLU、融合线性交叉熵），不只是 RMSNorm；torch.compile 是逐个 decoder 层的区域编译。")
+    return prose.page(table, caption, text + "。")
+
+
+def ridge_sentence(roofline: dict) -> str:
+    from bench.exp_p1_roofline import ridge_flop_per_byte
+
+    r = roofline["results"]
+    gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
+    text = f"{gpu} 的屋脊点实测约为 {ridge_flop_per_byte(roofline):.0f} FLOP/字节（篇 1 §五）"
+    norm = next((p for p in r.get("points", []) if p["name"] == "RMSNorm"), None)
+    if norm:
+        text += f"，RMSNorm 的算术强度约为 {norm['fused']['flops'] / norm['fused']['bytes']:.1f} FLOP/字节"
+    return text + "。\n"
+
+
+def render_summary(load) -> dict[str, str]:
+    data = {name: load(name) for name in DATA}
+    rms, step, loss = data["rmsnorm"], data["step"], data["loss_curve"]
+    gpu = common.gpu_slug(rms["environment"].get("gpu") or "cpu")
+    logs = common.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
+    out = {
+        "p2_env.md": common.env_box([d["environment"] for d in data.values()], extra_keys=("liger_kernel",)),
+        "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in data.items()})
+        + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
+        "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
+        "p2_conclusion.md": conclusion(rms, step),
+    }
+    try:
+        out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"))
+    except FileNotFoundError:  # 篇1's roofline data not committed for this GPU
+        pass
+    return out
