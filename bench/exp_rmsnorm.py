@@ -48,7 +48,7 @@ def _make_contenders(width, dtype, device):
     import torch
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-    from rmsnorm_naive import naive_rms_norm
+    from rmsnorm_naive_autograd import naive_rms_norm
     from rmsnorm_triton import rms_norm
 
     weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))

@@ -14,7 +14,7 @@ import triton.testing
 from torch.profiler import ProfilerActivity, profile
 
 from bench import common  # noqa: F401  (puts snippets/ on sys.path)
-from rmsnorm_naive import naive_rms_norm
+from rmsnorm_naive_autograd import naive_rms_norm
 from rmsnorm_triton import rms_norm
 
 SHAPES = [(16384, 1024), (16384, 4096), (16384 * 8, 128), (16384 * 32, 128)]

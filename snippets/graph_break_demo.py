@@ -59,9 +59,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--write":
         pathlib.Path(sys.argv[2]).write_text(report(), encoding="utf-8")
     # --8<-- [start:call]
-    import torch
-    from graph_break_demo import explain_report, rms_norm_plain, rms_norm_with_check
-
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     weight = torch.randn(64, dtype=torch.bfloat16)
     print(explain_report(rms_norm_with_check, x, weight))

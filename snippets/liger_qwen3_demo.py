@@ -46,9 +46,7 @@ def count_by_class(model):
 if __name__ == "__main__":
     # --8<-- [start:demo]
     import torch
-    from transformers.models.qwen3 import modeling_qwen3
 
-    from liger_qwen3_demo import count_by_class, liger_patched
     from qwen3_configs import tiny_qwen3_config
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

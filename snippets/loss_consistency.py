@@ -7,17 +7,17 @@ The only difference is the RMSNorm class that modeling_qwen3 builds.
 Data needs no download: byte-level tokens over CPython's own standard-library
 sources, which exist wherever Python is installed.
 """
+# --8<-- [start:imports]
 import math
+
+import torch
+# --8<-- [end:imports]
+
+
+# --8<-- [start:data]
 import pathlib
 import sysconfig
 
-import torch
-from transformers import Qwen3ForCausalLM
-
-from qwen3_patch import patch_qwen3_rmsnorm
-from rmsnorm_triton import TritonQwen3RMSNorm
-
-# --8<-- [start:data]
 EOS = 256  # token between two files; bytes are tokens 0..255
 VOCAB_SIZE = 257
 
@@ -45,16 +45,16 @@ def batch_starts(n_tokens: int, batch_size: int, seq_len: int, steps: int, seed:
     """Random window offsets, shape (steps, batch_size); the same seed gives the same order."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, n_tokens - seq_len, (steps, batch_size), generator=generator)
-
-
-def get_batch(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Windows tokens[s : s + seq_len] for each start s, gathered on the tokens' device."""
-    starts = starts.to(tokens.device)
-    return tokens[starts[:, None] + torch.arange(seq_len, device=tokens.device)]
 # --8<-- [end:data]
 
 
 # --8<-- [start:models]
+from transformers import Qwen3ForCausalLM
+
+from qwen3_patch import patch_qwen3_rmsnorm
+from rmsnorm_triton import TritonQwen3RMSNorm
+
+
 def build_pair(config, norm_cls=TritonQwen3RMSNorm, seed: int = 0):
     """(baseline, patched): HF's RMSNorm vs ``norm_cls``, identical initial weights."""
     torch.manual_seed(seed)
@@ -70,6 +70,12 @@ def build_pair(config, norm_cls=TritonQwen3RMSNorm, seed: int = 0):
 
 
 # --8<-- [start:train]
+def get_batch(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Windows tokens[s : s + seq_len] for each start s, gathered on the tokens' device."""
+    starts = starts.to(tokens.device)
+    return tokens[starts[:, None] + torch.arange(seq_len, device=tokens.device)]
+
+
 def train_step(model, optimizer, batch, lr: float, autocast_dtype=None) -> torch.Tensor:
     """One AdamW step; returns the loss as a 0-dim tensor (no host sync)."""
     for group in optimizer.param_groups:

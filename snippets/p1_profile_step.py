@@ -41,14 +41,14 @@ def profile_training_step(model, input_ids, trace_path=None, warmup_steps=2):
     (a path ending in .json.gz is gzip-compressed)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if input_ids.is_cuda:
-        activities.append(torch.profiler.ProfilerActivity.CUDA)  # pragma: gpu only
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
     for _ in range(warmup_steps):  # first steps allocate memory and pick kernels
         training_step(model, input_ids)
     model.zero_grad(set_to_none=True)
     with torch.profiler.profile(activities=activities) as profiler:
         training_step(model, input_ids)
         if input_ids.is_cuda:
-            torch.cuda.synchronize()  # pragma: gpu only
+            torch.cuda.synchronize()
     if trace_path is not None:
         profiler.export_chrome_trace(str(trace_path))
     return profiler
@@ -91,8 +91,8 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 def device_events(events: list) -> list:
     """What ran on the GPU, sorted by start time.
 
-    Without a GPU (the CPU test runs) the stand-in is the outermost ATen ops of
-    each thread: the work a GPU run would turn into kernels.
+    Without a GPU the stand-in is the outermost ATen ops of each thread:
+    the work a GPU run would turn into kernels.
     """
     found = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
     if not found:

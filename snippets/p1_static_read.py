@@ -3,7 +3,10 @@
 Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_static_read.py tests it.
 
     python snippets/p1_static_read.py          # real Qwen3-8B geometry on the meta device
+    python snippets/p1_static_read.py --write docs/generated/p1_torchinfo.txt  # regenerate the page's copy
 """
+import sys
+
 # --8<-- [start:build]
 import collections
 
@@ -81,10 +84,23 @@ def source_of(obj) -> tuple[int, str]:
 # --8<-- [end:source]
 
 
+def torchinfo_report() -> str:
+    """The text of docs/generated/p1_torchinfo.txt: the summary the usage prints for the tiny model."""
+    import torchinfo
+
+    from qwen3_configs import tiny_qwen3_config
+
+    header = (f"# torchinfo {torchinfo.__version__}, transformers {transformers.__version__}, "
+              f"torch {torch.__version__.split('+')[0]}: torchinfo_summary(tiny Qwen3), 16 tokens")
+    return header + "\n" + str(torchinfo_summary(build_qwen3(tiny_qwen3_config(), device="cpu"))) + "\n"
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        pathlib.Path(sys.argv[2]).write_text(torchinfo_report(), encoding="utf-8")
+        sys.exit()
     # --8<-- [start:usage]
-    from p1_static_read import build_qwen3, expected_rmsnorm_count, module_class_counts
-    from qwen3_configs import qwen3_config
+    from qwen3_configs import qwen3_config, tiny_qwen3_config
 
     config = qwen3_config("8B")                 # 36 layers, hidden 4096, head_dim 128
     model = build_qwen3(config, device="meta")  # shapes only, no memory
@@ -92,6 +108,8 @@ if __name__ == "__main__":
     counts = module_class_counts(model)
     print(counts.most_common(6))
     print("Qwen3RMSNorm:", counts["Qwen3RMSNorm"], "= 4 x 36 + 1 =", expected_rmsnorm_count(config))
+    # torchinfo runs one forward for the output shapes: a tiny Qwen3 (2 layers, hidden 64) on the CPU
+    print(torchinfo_summary(build_qwen3(tiny_qwen3_config(), device="cpu")))
     # --8<-- [end:usage]
 
     # --8<-- [start:usage_source]
@@ -105,11 +123,3 @@ if __name__ == "__main__":
     print(f"Qwen3DecoderLayer.forward starts at line {first_line}:")
     print(text)
     # --8<-- [end:usage_source]
-
-    # --8<-- [start:usage_torchinfo]
-    from p1_static_read import build_qwen3, torchinfo_summary
-    from qwen3_configs import tiny_qwen3_config
-
-    tiny = build_qwen3(tiny_qwen3_config(), device="cpu")  # 2 layers, hidden 64: runs anywhere
-    print(torchinfo_summary(tiny))
-    # --8<-- [end:usage_torchinfo]

@@ -64,7 +64,7 @@ def poisoned_like(tensor: torch.Tensor) -> torch.Tensor:
 # --8<-- [end:poison]
 
 
-def time_on_gpu(fn, *inputs) -> float:  # pragma: gpu only
+def time_on_gpu(fn, *inputs) -> float:
     """Median time of fn(*inputs) in microseconds, with Triton's do_bench (CUDA only)."""
     import triton.testing
 

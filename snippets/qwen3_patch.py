@@ -2,16 +2,17 @@
 
 Two ways, both covering input/post-attention norms, q_norm, k_norm and the
 final norm (4 * num_hidden_layers + 1 modules):
-
 * patch_qwen3_rmsnorm(): before the model is built (from_config / from_pretrained);
 * replace_rmsnorm_modules(model): on a model that already exists, in place.
 """
+# --8<-- [start:imports]
 import torch
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 
 from rmsnorm_triton import TritonQwen3RMSNorm
 
 HF_QWEN3_RMSNORM = modeling_qwen3.Qwen3RMSNorm  # the original class, kept for undo
+# --8<-- [end:imports]
 
 
 # --8<-- [start:patch]

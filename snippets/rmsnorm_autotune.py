@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rmsnorm_triton import _compute_dtype, check_inputs, column_blocks, rms_norm_fwd_kernel, rows_layout, split_eps
+from rmsnorm_triton import check_inputs, column_blocks, compute_dtype, rms_norm_fwd_kernel, rows_layout, split_eps
 
 MAX_TILE = 16384  # values per program held in registers
 
@@ -39,7 +39,7 @@ def rms_norm_forward_autotuned(x, weight, eps=1e-6):
     check_inputs(x, weight, eps)
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols
-    compute = _compute_dtype(x, weight)
+    compute = compute_dtype(x, weight)
     y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float64 if compute == tl.float64 else torch.float32, device=x.device)
     (x,), (size1, size2), (strides,) = rows_layout(x)
@@ -53,7 +53,7 @@ def rms_norm_forward_autotuned(x, weight, eps=1e-6):
 # --8<-- [end:autotune]
 
 
-if __name__ == "__main__":  # pragma: gpu only
+if __name__ == "__main__":
     # --8<-- [start:usage]
     import torch
     from rmsnorm_autotune import rms_norm_forward_autotuned

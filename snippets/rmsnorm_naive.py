@@ -1,13 +1,14 @@
 """Teaching version of a Qwen3 RMSNorm in Triton: one program per row.
 
-Correct (HF cast order, output in the output tensor's own dtype, fp64 accumulation
-for fp64 inputs) but deliberately simple. Its backward writes one fp32 row of
-dW partials per input row, which is why it is slow; rmsnorm_triton.py fixes that.
-Contiguous 2-D-able input only: the production version handles strides.
+Correct (HF cast order, output in the output tensor's own dtype, fp64 accumulation for
+fp64 inputs) but deliberately simple: its backward writes one fp32 row of dW partials per
+input row, which is why it is slow; rmsnorm_triton.py fixes that. Contiguous input only.
 """
+# --8<-- [start:imports]
 import torch
 import triton
 import triton.language as tl
+# --8<-- [end:imports]
 
 
 # --8<-- [start:naive_fwd_kernel]
@@ -32,19 +33,16 @@ def naive_rms_norm_fwd_kernel(
 
 
 # --8<-- [start:naive_fwd_wrapper]
-def compute_dtype_of(*tensors):
-    return tl.float64 if any(t.dtype == torch.float64 for t in tensors) else tl.float32
-
-
 def naive_rms_norm_fwd(x, weight, eps=1e-6):
     n_cols = x.shape[-1]
     x2d = x.reshape(-1, n_cols).contiguous()
     out_dtype = torch.promote_types(x.dtype, weight.dtype)  # what HF returns
     y = torch.empty(x2d.shape, dtype=out_dtype, device=x.device)
+    fp64 = torch.float64 in (x.dtype, weight.dtype)  # fp64 inputs: fp64 math (gradcheck)
     naive_rms_norm_fwd_kernel[(x2d.shape[0],)](
         x2d, y, weight, n_cols, eps,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
-        COMPUTE_DTYPE=compute_dtype_of(x, weight),
+        COMPUTE_DTYPE=tl.float64 if fp64 else tl.float32,
         num_warps=4,
     )
     return y.reshape(x.shape)
@@ -77,52 +75,41 @@ def naive_rms_norm_bwd_kernel(
 
 
 # --8<-- [start:naive_bwd_wrapper]
-def naive_rms_norm_bwd(dy, x, weight, eps=1e-6):
+def naive_rms_norm_bwd(dy, x, weight, eps=1e-6, compute_dw=True):
+    """(dx, dw); dw is None when compute_dw is False. dy is only read."""
     n_cols = x.shape[-1]
     x2d = x.reshape(-1, n_cols).contiguous()
     dy2d = dy.reshape(-1, n_cols).contiguous()
     dx = torch.empty_like(x2d)
-    compute = compute_dtype_of(x, weight)
-    accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
+    fp64 = torch.float64 in (x.dtype, weight.dtype)
+    accum_dtype = torch.float64 if fp64 else torch.float32
     dw_rows = torch.empty(x2d.shape, dtype=accum_dtype, device=x.device)  # R x H!
     naive_rms_norm_bwd_kernel[(x2d.shape[0],)](
         dy2d, x2d, weight, dx, dw_rows, n_cols, eps,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
-        COMPUTE_DTYPE=compute,
+        COMPUTE_DTYPE=tl.float64 if fp64 else tl.float32,
         num_warps=4,
     )
-    dw = dw_rows.sum(dim=0).to(weight.dtype)
+    dw = dw_rows.sum(dim=0).to(weight.dtype) if compute_dw else None  # the kernel wrote the rows anyway
     return dx.reshape(x.shape), dw
 # --8<-- [end:naive_bwd_wrapper]
 
 
-# --8<-- [start:naive_autograd]
-class NaiveRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        return naive_rms_norm_fwd(x, weight, eps)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        dx, dw = naive_rms_norm_bwd(dy, x, weight, ctx.eps)
-        return dx, dw, None  # no gradient for eps
-
-
-def naive_rms_norm(x, weight, eps=1e-6):
-    return NaiveRMSNormFunction.apply(x, weight, eps)
-# --8<-- [end:naive_autograd]
-
-
 if __name__ == "__main__":
+    # --8<-- [start:naive_fwd_check]
     import os
 
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    # TRITON_INTERPRET=1 (set before triton is imported) runs Triton on the CPU
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    x = torch.randn(8, 96, device=device, dtype=torch.float32, requires_grad=True)
-    w = torch.randn(96, device=device, requires_grad=True)
-    y = naive_rms_norm(x, w)
-    y.backward(torch.randn_like(y))
-    reference = x.detach() * torch.rsqrt(x.detach().pow(2).mean(-1, keepdim=True) + 1e-6) * w.detach()
-    print("max |y - reference| =", (y - reference).abs().max().item())
+    x = torch.randn(4, 16, 2560, device=device, dtype=torch.bfloat16)
+    hf_norm = Qwen3RMSNorm(2560, eps=1e-6).to(device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        hf_norm.weight.normal_(1.0, 0.1)
+        expected = hf_norm(x)
+        y = naive_rms_norm_fwd(x, hf_norm.weight, 1e-6)
+    torch.testing.assert_close(y, expected, rtol=2e-2, atol=1e-5)  # a bf16 rounding or two apart
+    print(f"naive forward matches Qwen3RMSNorm on bf16 {tuple(x.shape)}: "
+          f"max |diff| {(y - expected).abs().max().item():.3g}, within bf16 rounding")
+    # --8<-- [end:naive_fwd_check]

@@ -18,15 +18,17 @@ Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing tr
 import functools
 import os
 import struct
-
 import torch
+# --8<-- [start:imports]
 import triton
 import triton.language as tl
+# --8<-- [end:imports]
 
 MAX_COLS = 16384  # one row lives in registers; wider rows need a chunked kernel
 
 
 # --8<-- [start:fwd_kernel]
+# --8<-- [start:tile]
 @triton.jit
 def _row_offsets(rows, size1, size2, stride0, stride1, stride2):
     # Row index -> element offset for a (d0, d1, d2, n_cols) view with strides.
@@ -52,6 +54,7 @@ def _load_tile(X, offsets, cols, row_mask, n_cols):
     # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0)
+# --8<-- [end:tile]
 
 
 @triton.jit
@@ -217,6 +220,7 @@ def dw_reduce_kernel(
 
 
 # --8<-- [start:launch_config]
+# --8<-- [start:column_blocks]
 def column_blocks(n_cols: int) -> tuple[int, int]:
     """(BLOCK_COLS, TAIL_COLS): how a row is split into power-of-two blocks.
 
@@ -231,6 +235,7 @@ def column_blocks(n_cols: int) -> tuple[int, int]:
     if block_cols > 256 and n_cols != block_cols and tail <= head // 2:
         return head, tail
     return block_cols, 0
+# --8<-- [end:column_blocks]
 
 
 def forward_config(n_cols: int) -> tuple[int, int, int]:
@@ -312,7 +317,8 @@ def split_eps(eps: float, compute) -> tuple[float, float]:
     return high, (eps - high if compute == tl.float64 else 0.0)
 
 
-def _compute_dtype(*tensors):
+def compute_dtype(*tensors):
+    """The kernels' COMPUTE_DTYPE: fp64 math for fp64 inputs, else fp32."""
     return tl.float64 if any(t.dtype == torch.float64 for t in tensors) else tl.float32
 
 
@@ -355,7 +361,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     check_inputs(x, weight, eps)
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
-    compute = _compute_dtype(x, weight)
+    compute = compute_dtype(x, weight)
     y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float64 if compute == tl.float64 else torch.float32, device=x.device)
     if y.numel() == 0:
@@ -384,7 +390,7 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float |
     n_rows = x.numel() // n_cols if n_cols else 0
     if rstd is None and eps is None:
         raise ValueError("pass either the saved rstd or eps to recompute it")
-    compute = _compute_dtype(x, weight)
+    compute = compute_dtype(x, weight)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if dx.numel() == 0:  # no rows: dW is a sum over nothing
         return dx, torch.zeros_like(weight) if compute_dw else None

@@ -3,18 +3,17 @@
 Each function is one library's entry point applied to Qwen3. Third-party
 libraries are imported inside the functions, so this file imports anywhere;
 `python snippets/survey_imports.py` reports which of them this machine has.
-flash-attn, Unsloth, xFormers and Apex need CUDA builds that the CPU CI (and
-this site's H200 image) does not install; Liger has its own demo
-(snippets/liger_qwen3_demo.py).
+Each section carries its own imports. flash-attn, Unsloth, xFormers and Apex need
+CUDA builds; Liger has its own demo (snippets/liger_qwen3_demo.py).
 """
 import importlib.util
 
+
+# --8<-- [start:flash_attn]
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 
-# --8<-- [start:flash_attn]
 def qwen3_with_flash_attention(config):
     # pip install flash-attn --no-build-isolation   (Ampere/Ada/Hopper, fp16/bf16)
     return AutoModelForCausalLM.from_config(
@@ -54,12 +53,18 @@ def apex_rms_norm(hidden_size, eps=1e-6):
 
 
 # --8<-- [start:inductor]
+import torch
+
+
 def qwen3_with_inductor(model):
     return torch.compile(model)  # Dynamo captures graphs, Inductor fuses them into Triton kernels
 # --8<-- [end:inductor]
 
 
 # --8<-- [start:torch_rms_norm]
+import torch.nn.functional as F
+
+
 def torch_fused_rms_norm(x, weight, eps=1e-6):
     # PyTorch's own fused RMSNorm (forward and backward kernels on CUDA)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)

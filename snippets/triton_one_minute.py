@@ -37,10 +37,6 @@ def scale(x: torch.Tensor, factor: float, block_size: int = 256) -> torch.Tensor
 
 if __name__ == "__main__":
     # --8<-- [start:check]
-    import torch
-    import triton
-    from triton_one_minute import scale
-
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.randn(1000, device=device)  # 1000 is not a multiple of 256: the mask matters
     y = scale(x, 2.5)

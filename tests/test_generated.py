@@ -55,6 +55,7 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 # Files under docs/generated/ written by something other than bench.render, and the test that checks each.
 OTHER_GENERATORS = {
     "graph_break_explain.txt": "tests/test_p2_graph_break.py",
+    "p1_torchinfo.txt": "tests/test_p1_static_read.py",
 }
 
 REQUIRED_ENV = ("gpu", "driver", "cuda", "torch", "triton", "transformers", "git_commit", "date", "command")

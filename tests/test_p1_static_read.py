@@ -1,14 +1,19 @@
 """snippets/p1_static_read.py (篇1 §二.1–2.2): module counts, parameter counts, source location."""
 import pathlib
+import runpy
+import sys
 
 import pytest
 import torch
 import transformers
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm
 
+import p1_static_read
 from p1_static_read import (build_qwen3, expected_rmsnorm_count, modeling_source, module_class_counts,
-                            parameter_counts, source_of, torchinfo_summary)
+                            parameter_counts, source_of, torchinfo_report, torchinfo_summary)
 from qwen3_configs import QWEN3_SIZES, qwen3_config, tiny_qwen3_config
+
+COMMITTED_TORCHINFO = pathlib.Path(__file__).resolve().parents[1] / "docs" / "generated" / "p1_torchinfo.txt"
 
 
 @pytest.mark.parametrize("size", sorted(QWEN3_SIZES))
@@ -75,3 +80,28 @@ def test_torchinfo_shows_shapes_and_the_hidden_norms():
     text = str(summary)
     assert "q_norm" in text and "k_norm" in text
     assert "[1, 8, 64]" in text  # hidden states: batch 1, 8 tokens, hidden 64
+
+
+def test_committed_torchinfo_output_is_current():
+    """docs/generated/p1_torchinfo.txt is what the usage prints for the tiny model today.
+
+    Regenerate with: python snippets/p1_static_read.py --write docs/generated/p1_torchinfo.txt
+    Under other torchinfo/transformers/torch versions (first line) only the parameter totals are compared.
+    """
+    regenerated = torchinfo_report()
+    committed = COMMITTED_TORCHINFO.read_text(encoding="utf-8")
+    if committed.splitlines()[0] == regenerated.splitlines()[0]:
+        assert committed == regenerated
+    else:
+        def totals(text):
+            return [line for line in text.splitlines() if line.startswith(("Total params", "Trainable params"))]
+        assert totals(committed) == totals(regenerated)
+
+
+def test_write_flag_writes_the_report(tmp_path, monkeypatch):
+    target = tmp_path / "torchinfo.txt"
+    monkeypatch.setattr(sys, "argv", [p1_static_read.__file__, "--write", str(target)])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(p1_static_read.__file__, run_name="__main__")
+    assert exit_.value.code is None
+    assert target.read_text(encoding="utf-8") == torchinfo_report()

@@ -93,3 +93,13 @@ def test_forward_only_class_can_be_patched_in():
     model = Qwen3ForCausalLM(tiny_qwen3_config())
     undo()
     assert count_modules(model, TritonQwen3RMSNormFwdOnly) == 4 * 2 + 1
+
+
+def test_unpatch_restores_hf_after_nested_patches():
+    patch_qwen3_rmsnorm()
+    patch_qwen3_rmsnorm(TritonQwen3RMSNormFwdOnly)
+    unpatch_qwen3_rmsnorm()
+    assert modeling_qwen3.Qwen3RMSNorm is HF_QWEN3_RMSNORM
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(tiny_qwen3_config())
+    assert count_modules(model, HF_QWEN3_RMSNORM) == 4 * 2 + 1
