@@ -153,7 +153,7 @@ def rms_norm_bwd_kernel(
         rows = rows_next
         if TAIL_COLS > 0:
             # Two-block rows: converting this tile before issuing the next tile's loads
-            # was the faster schedule in the H200 sweep (PERF_LOG, run 5).
+            # was the faster schedule on the H200 (measured both ways).
             x, dy = x_next.to(COMPUTE_DTYPE), dy_next.to(COMPUTE_DTYPE)
             x_tail, dy_tail = x_tail_next.to(COMPUTE_DTYPE), dy_tail_next.to(COMPUTE_DTYPE)
         else:
