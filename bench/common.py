@@ -163,12 +163,15 @@ def env_box(envs: list[dict], extra_keys=()) -> str:
 
     A version that differs between the files lists each distinct value; dates become a range.
     """
-    lines = [f"GPU：{_distinct(_gpu_text(e) for e in envs)}"]
-    for key in ("driver", "cuda", "torch", "triton", "transformers", *extra_keys):
-        lines.append(f"{ENV_LABELS.get(key, key)}：{_distinct(str(e[key]) if e.get(key) else None for e in envs)}")
+    def item(key):
+        return f"{ENV_LABELS.get(key, key)}：{_distinct(str(e[key]) if e.get(key) else None for e in envs)}"
+
     dates = sorted({str(e["date"])[:10] for e in envs if e.get("date")})
-    lines.append("测量日期：" + ("—" if not dates else dates[0] if len(dates) == 1 else f"{dates[0]} 至 {dates[-1]}"))
-    return '!!! info "实验环境"\n\n' + "".join(f"    - {line}\n" for line in lines)
+    date = "—" if not dates else dates[0] if len(dates) == 1 else f"{dates[0]} 至 {dates[-1]}"
+    hardware = [f"GPU：{_distinct(_gpu_text(e) for e in envs)}", item("driver"), item("cuda")]
+    software = [item(key) for key in ("torch", "triton", "transformers", *extra_keys)] + [f"测量日期：{date}"]
+    # Two short lines: the hardware, then the software and the date.
+    return '!!! info "实验环境"\n\n' + "".join(f"    {' · '.join(line)}\n\n" for line in (hardware, software)).rstrip("\n") + "\n"
 
 
 def provenance_table(records: dict[str, dict]) -> str:

@@ -192,8 +192,8 @@ def test_env_box_and_provenance_table_build_from_environment_blocks():
     data = json.loads((FIXTURES / "step.json").read_text(encoding="utf-8"))
     env = data["environment"]
     box = common.env_box([env], extra_keys=("liger_kernel",))
-    assert box.startswith('!!! info "实验环境"\n\n    - GPU：')
-    assert f"    - transformers：{env['transformers']}\n" in box and f"    - 测量日期：{env['date'][:10]}\n" in box
+    assert box.startswith('!!! info "实验环境"\n\n    GPU：')
+    assert f" · transformers：{env['transformers']} · " in box and box.endswith(f" · 测量日期：{env['date'][:10]}\n")
     table = common.provenance_table({"step.json": data})
     assert f"| `step.json` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
 

@@ -149,12 +149,14 @@ def test_env_box_lists_each_distinct_value_and_the_date_range():
         "sm_count": 132, "gpu_memory_gib": 139.8, "torch": "9.9.9", "date": "2026-12-01T00:00:00Z"}
     box = common.env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
     lines = box.splitlines()
-    assert lines[:2] == ['!!! info "实验环境"', ""] and all(line.startswith("    - ") for line in lines[2:])
-    assert "    - GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）\n" in box
-    assert f"    - torch：{envs[0]['torch']}、9.9.9\n" in box
-    assert f"    - triton：{envs[0]['triton']}\n" in box  # one value where the files agree
-    assert "    - 驱动：000.00\n" in box and f"    - liger-kernel：{envs[0]['liger_kernel']}\n" in box
-    assert "    - 测量日期：2026-11-29 至 2026-12-01\n" in box
+    assert lines[:2] == ['!!! info "实验环境"', ""] and lines[3] == ""
+    hardware, software = lines[2].split(" · "), lines[4].split(" · ")
+    assert all(line.startswith("    ") for line in (lines[2], lines[4])) and len(lines) == 5
+    assert hardware == ["    GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{envs[0]['cuda'] or '—'}"]
+    assert f"torch：{envs[0]['torch']}、9.9.9" in software
+    assert f"triton：{envs[0]['triton']}" in software  # one value where the files agree
+    assert f"liger-kernel：{envs[0]['liger_kernel']}" in software
+    assert software[-1] == "测量日期：2026-11-29 至 2026-12-01"
     assert envs[0]["git_commit"][:7] not in box
     assert "liger" not in common.env_box(envs) and "测量日期：2026-11-29\n" in common.env_box(envs)
 
