@@ -152,7 +152,7 @@ def test_env_box_lists_each_distinct_value_and_the_date_range():
     assert lines[:2] == ['!!! info "实验环境"', ""] and lines[3] == ""
     hardware, software = lines[2].split(" · "), lines[4].split(" · ")
     assert all(line.startswith("    ") for line in (lines[2], lines[4])) and len(lines) == 5
-    assert hardware == ["    GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{envs[0]['cuda'] or '—'}"]
+    assert hardware == ["    GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{on_gpu['cuda']}"]
     assert f"torch：{envs[0]['torch']}、9.9.9" in software
     assert f"triton：{envs[0]['triton']}" in software  # one value where the files agree
     assert f"liger-kernel：{envs[0]['liger_kernel']}" in software
