@@ -150,9 +150,9 @@ def test_env_box_lists_each_distinct_value_and_the_date_range():
     box = common.env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
     lines = box.splitlines()
     assert lines[:2] == ['!!! info "实验环境"', ""] and lines[3] == ""
-    hardware, software = lines[2].split(" · "), lines[4].split(" · ")
+    hardware, software = lines[2].strip().split(" · "), lines[4].strip().split(" · ")
     assert all(line.startswith("    ") for line in (lines[2], lines[4])) and len(lines) == 5
-    assert hardware == ["    GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{on_gpu['cuda']}"]
+    assert hardware == ["GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{on_gpu['cuda']}"]
     assert f"torch：{envs[0]['torch']}、9.9.9" in software
     assert f"triton：{envs[0]['triton']}" in software  # one value where the files agree
     assert f"liger-kernel：{envs[0]['liger_kernel']}" in software
