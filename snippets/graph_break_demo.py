@@ -5,7 +5,7 @@ tracing, run the Python `if`, and start a second graph: Inductor can only fuse
 inside each piece. The same function without the check compiles to one graph.
 
     python snippets/graph_break_demo.py    # print the report
-    python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt  # regenerate the page's copy
+    python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt
 """
 import sys
 
@@ -36,12 +36,14 @@ def explain_report(fn, *args) -> str:
              f"graph_break_count={explanation.graph_break_count}"]
     for number, graph in enumerate(explanation.graphs, 1):
         ops = [getattr(node.target, "__name__", str(node.target))
-               for node in graph.graph.nodes if node.op in ("call_function", "call_method")]
+               for node in graph.graph.nodes
+               if node.op in ("call_function", "call_method")]
         lines.append(f"  graph {number} ops: {', '.join(ops)}")
     for brk in explanation.break_reasons:
         lines.append(f"  break reason: {brk.reason.splitlines()[0]}")
         frame = brk.user_stack[-1]
-        lines.append(f"    at {pathlib.Path(frame.filename).name}:{frame.lineno}: {(frame.line or '').strip()}")
+        lines.append(f"    at {pathlib.Path(frame.filename).name}:{frame.lineno}: "
+                     f"{(frame.line or '').strip()}")
     return "\n".join(lines)
 # --8<-- [end:demo]
 
@@ -50,8 +52,10 @@ def report() -> str:
     """The text of docs/generated/graph_break_explain.txt."""
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     weight = torch.randn(64, dtype=torch.bfloat16)
-    header = f"# torch {torch.__version__.split('+')[0]}: torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)"
-    lines = [header] + [explain_report(fn, x, weight) for fn in (rms_norm_with_check, rms_norm_plain)]
+    header = (f"# torch {torch.__version__.split('+')[0]}: "
+              "torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)")
+    lines = [header] + [explain_report(fn, x, weight)
+                        for fn in (rms_norm_with_check, rms_norm_plain)]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""Liger-Kernel's Qwen3 patch on a tiny Qwen3: patch, build, count swapped modules, train one step.
+"""Liger-Kernel's Qwen3 patch on a tiny Qwen3: patch, build, count swapped modules,
+train one step.
 
 `apply_liger_kernel_to_qwen3()` rebinds names inside transformers' modeling_qwen3
 (the RMSNorm class, the MLP class, the rotary function, the CausalLM forward), so
@@ -55,8 +56,10 @@ if __name__ == "__main__":
     reference = modeling_qwen3.Qwen3ForCausalLM(config).to(device)  # plain HF
     input_ids = torch.randint(0, config.vocab_size, (2, 16), device=device)
 
-    with liger_patched():  # rope and the LCE forward are looked up at call time: stay inside
-        model = modeling_qwen3.Qwen3ForCausalLM(config).to(device)  # build AFTER patching
+    # Rope and the LCE forward are looked up at call time: stay inside the patch.
+    with liger_patched():
+        # Build the model AFTER patching.
+        model = modeling_qwen3.Qwen3ForCausalLM(config).to(device)
         model.load_state_dict(reference.state_dict())  # same weights as the HF model
         counts = count_by_class(model)
         print(f"modules by class: {counts}")  # 4 norms per layer + the final norm
@@ -69,5 +72,6 @@ if __name__ == "__main__":
             q_norm = model.model.layers[0].self_attn.q_norm.weight.grad
             q_norm_ref = reference.model.layers[0].self_attn.q_norm.weight.grad
             torch.testing.assert_close(q_norm, q_norm_ref, rtol=1e-3, atol=1e-4)
-            print(f"Liger loss {loss.item():.5f} == HF loss {reference_loss.item():.5f}; gradients match")
+            print(f"Liger loss {loss.item():.5f} == HF loss "
+                  f"{reference_loss.item():.5f}; gradients match")
     # --8<-- [end:demo]

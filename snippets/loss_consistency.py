@@ -1,4 +1,5 @@
-"""Does swapping in the Triton RMSNorm change training? Train the same Qwen3 twice and compare the losses.
+"""Does swapping in the Triton RMSNorm change training? Train the same Qwen3 twice and
+compare the losses.
 
 Both runs start from the same weights (one model's state_dict is copied into
 the other), see the same batches in the same order and use the same optimizer.
@@ -23,10 +24,12 @@ VOCAB_SIZE = 257
 
 
 def stdlib_tokens(n_tokens: int | None = None) -> torch.Tensor:
-    """Byte tokens of the stdlib's *.py files in sorted path order: the first ``n_tokens``, or all."""
+    """Byte tokens of the stdlib's *.py files in sorted path order: the first
+    ``n_tokens``, or all."""
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py")
-                   if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts))
+                   if not {"site-packages", "dist-packages"}
+                   & set(p.relative_to(root).parts))
     texts, total = [], 0
     for path in files:
         texts.append(path.read_bytes())
@@ -34,17 +37,21 @@ def stdlib_tokens(n_tokens: int | None = None) -> torch.Tensor:
         if n_tokens is not None and total >= n_tokens:
             break
     if total < (n_tokens or 1):
-        raise ValueError(f"the stdlib at {root} has only {total} tokens, {n_tokens} requested")
-    tokens = torch.frombuffer(bytearray(b"\0".join(texts) + b"\0"), dtype=torch.uint8).long()
+        raise ValueError(f"the stdlib at {root} has only {total} tokens, "
+                         f"{n_tokens} requested")
+    tokens = torch.frombuffer(bytearray(b"\0".join(texts) + b"\0"),
+                              dtype=torch.uint8).long()
     file_ends = torch.tensor([len(t) + 1 for t in texts]).cumsum(0) - 1
     tokens[file_ends] = EOS  # the byte after each file becomes the separator
     return tokens[:n_tokens]
 
 
-def batch_starts(n_tokens: int, batch_size: int, seq_len: int, steps: int, seed: int = 0) -> torch.Tensor:
-    """Random window offsets, shape (steps, batch_size); the same seed gives the same order."""
+def batch_starts(n_tokens: int, batch_size: int, seq_len: int, steps: int,
+                 seed: int = 0) -> torch.Tensor:
+    """Random window offsets, shape (steps, batch_size); a seed gives one order."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n_tokens - seq_len, (steps, batch_size), generator=generator)
+    return torch.randint(0, n_tokens - seq_len, (steps, batch_size),
+                         generator=generator)
 # --8<-- [end:data]
 
 
@@ -71,7 +78,7 @@ def build_pair(config, norm_cls=TritonQwen3RMSNorm, seed: int = 0):
 
 # --8<-- [start:train]
 def get_batch(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Windows tokens[s : s + seq_len] for each start s, gathered on the tokens' device."""
+    """Windows tokens[s : s + seq_len] for each start s, on the tokens' device."""
     starts = starts.to(tokens.device)
     return tokens[starts[:, None] + torch.arange(seq_len, device=tokens.device)]
 
@@ -80,7 +87,8 @@ def train_step(model, optimizer, batch, lr: float, autocast_dtype=None) -> torch
     """One AdamW step; returns the loss as a 0-dim tensor (no host sync)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    with torch.autocast(batch.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+    with torch.autocast(batch.device.type, dtype=autocast_dtype,
+                        enabled=autocast_dtype is not None):
         loss = model(input_ids=batch, labels=batch).loss  # HF shifts the labels by one
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -89,23 +97,29 @@ def train_step(model, optimizer, batch, lr: float, autocast_dtype=None) -> torch
     return loss.detach()
 
 
-def cosine_lr(step: int, steps: int, lr: float, warmup: int, final_ratio: float = 0.1) -> float:
-    """Linear warm-up to ``lr``, then cosine decay to ``final_ratio * lr`` at the last step."""
+def cosine_lr(step: int, steps: int, lr: float, warmup: int,
+              final_ratio: float = 0.1) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``final_ratio * lr`` at the
+    last step."""
     if step < warmup:
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - 1 - warmup)
-    return lr * (final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return lr * (final_ratio
+                 + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def train_lockstep(models, tokens, starts, seq_len: int, lr: float, warmup: int = 20,
                    autocast_dtype=None, log_every: int = 0):
-    """Train every model on the same batches, step by step; returns one list of losses per model.
+    """Train every model on the same batches, step by step; returns one list of
+    losses per model.
 
-    ``tokens`` should already be on the models' device. The learning rate decays to a tenth,
-    as in a real run: at a constant rate the last steps' losses keep fluctuating by about lr,
-    so two correct runs would end further apart than the precision difference under test.
+    ``tokens`` should already be on the models' device. The learning rate decays to
+    a tenth, as in a real run: at a constant rate the last steps' losses keep
+    fluctuating by about lr, so two correct runs would end further apart than the
+    precision difference under test.
     """
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0) for m in models]
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.95),
+                                    weight_decay=0.0) for m in models]
     losses = [[] for _ in models]
     for step, step_starts in enumerate(starts):
         batch = get_batch(tokens, step_starts, seq_len)
@@ -113,25 +127,29 @@ def train_lockstep(models, tokens, starts, seq_len: int, lr: float, warmup: int 
         for model, optimizer, history in zip(models, optimizers, losses):
             history.append(train_step(model, optimizer, batch, step_lr, autocast_dtype))
         if log_every and (step + 1) % log_every == 0:
-            print(f"step {step + 1:5d}  losses " + "  ".join(f"{h[-1].item():.4f}" for h in losses), flush=True)
+            print(f"step {step + 1:5d}  losses "
+                  + "  ".join(f"{h[-1].item():.4f}" for h in losses), flush=True)
     return [torch.stack(h).float().tolist() for h in losses]
 # --8<-- [end:train]
 
 
 # --8<-- [start:gate]
-def loss_gate(baseline, patched, final_window: int = 50, final_rtol: float = 5e-3, step_rtol: float = 0.05,
-              noise_final_rel_diff: float = 0.0):
+def loss_gate(baseline, patched, final_window: int = 50, final_rtol: float = 5e-3,
+              step_rtol: float = 0.05, noise_final_rel_diff: float = 0.0):
     """Compare two loss curves.
 
-    final loss = mean of the last ``final_window`` steps; it must agree within ``final_rtol``,
-    or within twice ``noise_final_rel_diff`` when that is larger: how far a second *correct*
-    implementation ended from the same baseline (the run's own noise floor).
-    No divergence: every loss finite, and at every step |patched - baseline| <= step_rtol * baseline.
+    final loss = mean of the last ``final_window`` steps; it must agree within
+    ``final_rtol``, or within twice ``noise_final_rel_diff`` when that is larger:
+    how far a second *correct* implementation ended from the same baseline (the
+    run's own noise floor).
+    No divergence: every loss finite, and at every step
+    |patched - baseline| <= step_rtol * baseline.
     """
     a = torch.tensor(baseline, dtype=torch.float64)
     b = torch.tensor(patched, dtype=torch.float64)
     if a.shape != b.shape or not 1 <= final_window <= a.numel():
-        raise ValueError(f"need two curves of the same length >= {final_window}, got {a.numel()} and {b.numel()}")
+        raise ValueError(f"need two curves of the same length >= {final_window}, "
+                         f"got {a.numel()} and {b.numel()}")
     finite = bool(torch.isfinite(a).all() and torch.isfinite(b).all())
     final_a, final_b = a[-final_window:].mean().item(), b[-final_window:].mean().item()
     diff = (b - a).abs()
@@ -165,6 +183,7 @@ if __name__ == "__main__":
     tokens = stdlib_tokens(200_000).to(device)
     baseline, patched = (m.to(device) for m in build_pair(config))
     starts = batch_starts(tokens.numel(), batch_size, seq_len, steps)
-    hf_losses, triton_losses = train_lockstep([baseline, patched], tokens, starts, seq_len, lr=3e-3,
+    hf_losses, triton_losses = train_lockstep([baseline, patched], tokens, starts,
+                                              seq_len, lr=3e-3,
                                               log_every=max(1, steps // 6))
     print(loss_gate(hf_losses, triton_losses, final_window=max(1, steps // 4)))

@@ -1,8 +1,10 @@
 """Automatic fusion: what torch.compile (Inductor) generates for Qwen3's RMSNorm.
 
-Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_compile_capture.py tests it.
-`TORCH_LOGS=output_code python x.py` prints every module Inductor writes; here the same text is
-captured as strings, split into kernels, and saved. On a GPU the kernels are Triton; on CPU, C++.
+Article 1 (docs/qwen3-fusion.md) shows this file in parts;
+tests/test_p1_compile_capture.py tests it.
+`TORCH_LOGS=output_code python x.py` prints every module Inductor writes; here the
+same text is captured as strings, split into kernels, and saved. On a GPU the
+kernels are Triton; on CPU, C++.
 
     python snippets/p1_compile_capture.py [out.txt]
 """
@@ -15,21 +17,24 @@ import torch
 
 
 def capture_output_code(fn, *args):
-    """Run ``fn(*args)`` and return (result, [generated modules]): the text TORCH_LOGS=output_code logs.
+    """Run ``fn(*args)`` and return (result, [generated modules]).
 
-    The compile caches are off so that a warm cache cannot skip code generation.
-    ``run_and_get_code`` also resets dynamo, so everything compiled inside fn is fresh.
+    The modules are the text that TORCH_LOGS=output_code logs. The compile caches
+    are off so that a warm cache cannot skip code generation. ``run_and_get_code``
+    also resets dynamo, so everything compiled inside fn is fresh.
     """
     from torch._functorch import config as aot_config
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
-    with inductor_config.patch(fx_graph_cache=False), aot_config.patch(enable_autograd_cache=False):
+    with (inductor_config.patch(fx_graph_cache=False),
+          aot_config.patch(enable_autograd_cache=False)):
         return run_and_get_code(fn, *args)
 
 
 KERNEL = re.compile(
-    r"(?P<comments>(?:^#[^\n]*\n)*)"                      # '# kernel path', '# ... Source Nodes: [...]'
+    # '# kernel path', '# ... Source Nodes: [...]'
+    r"(?P<comments>(?:^#[^\n]*\n)*)"
     r"^(?P<variable>\w+) = async_compile\.(?P<kind>\w+)\("  # triton / cpp_pybinding
     r"[^\n]*?r?'''\n?(?P<source>.*?)'''",
     re.S | re.M,
@@ -37,10 +42,15 @@ KERNEL = re.compile(
 
 
 def generated_kernels(module_source: str) -> list:
-    """The kernels defined in one generated module, in order: name, kind, fused ATen ops, source."""
+    """The kernels defined in one generated module, in order.
+
+    Each is a dict: name, kind, the ATen ops it fuses (source_nodes), source.
+    """
     kernels = []
     for match in KERNEL.finditer(module_source):
-        nodes = re.search(r"# (?:Topologically Sorted|Unsorted) Source Nodes: \[(.*?)\]", match["comments"])
+        nodes = re.search(
+            r"# (?:Topologically Sorted|Unsorted) Source Nodes: \[(.*?)\]",
+            match["comments"])
         kernels.append({
             "name": match["variable"],
             "kind": match["kind"],
@@ -51,22 +61,26 @@ def generated_kernels(module_source: str) -> list:
 
 
 def graph_kind(module_source: str) -> str:
-    """'forward' or 'backward' (or 'inference'), from the '# AOT ID' header Inductor writes."""
+    """'forward' or 'backward' (or 'inference'), from Inductor's '# AOT ID' header."""
     header = re.search(r"# AOT ID: \['\d+_(\w+)'\]", module_source)
     return header[1] if header else "unknown"
 
 
 def kernel_body(source: str) -> str:
-    """A Triton kernel from '@triton.jit' on (imports and Inductor's tuning decorator dropped)."""
+    """A Triton kernel from '@triton.jit' on.
+
+    Drops the imports and Inductor's tuning decorator above it.
+    """
     start = source.find("@triton.jit")
     return source[start:] if start >= 0 else source
 # --8<-- [end:capture]
 
 
 # --8<-- [start:rmsnorm]
-def compile_rmsnorm(hidden_size: int = 4096, rows: int = 8, device: str = "cpu", dtype=torch.bfloat16):
-    """torch.compile HF's Qwen3RMSNorm, run forward + backward once, and return its generated kernels
-    as {'forward': [...], 'backward': [...]}."""
+def compile_rmsnorm(hidden_size: int = 4096, rows: int = 8, device: str = "cpu",
+                    dtype=torch.bfloat16):
+    """torch.compile HF's Qwen3RMSNorm, run forward + backward once, and return its
+    generated kernels as {'forward': [...], 'backward': [...]}."""
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
     norm = Qwen3RMSNorm(hidden_size).to(device=device, dtype=dtype)
@@ -88,7 +102,8 @@ if __name__ == "__main__":
 
     from p1_compile_capture import compile_rmsnorm, kernel_body
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # Triton kernels on a GPU, C++ on CPU
+    # Triton kernels on a GPU, C++ on CPU
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels = compile_rmsnorm(hidden_size=4096, rows=8, device=device)
     for graph, found in kernels.items():
         for kernel in found:

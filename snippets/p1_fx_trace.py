@@ -1,6 +1,8 @@
-"""Read Qwen3 as a graph: torch.fx.symbolic_trace where it works, torch.export where it does not.
+"""Read Qwen3 as a graph: torch.fx.symbolic_trace where it works, torch.export
+where it does not.
 
-Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_fx_trace.py tests it.
+Article 1 (docs/qwen3-fusion.md) shows this file in parts;
+tests/test_p1_fx_trace.py tests it.
 
     python snippets/p1_fx_trace.py
 """
@@ -13,22 +15,24 @@ import torch.fx
 
 
 def try_symbolic_trace(module: torch.nn.Module):
-    """(GraphModule, None) if torch.fx.symbolic_trace succeeds, else (None, why it failed)."""
+    """(GraphModule, None) if torch.fx.symbolic_trace succeeds, else (None, why not)."""
     try:
         return torch.fx.symbolic_trace(module), None
-    except Exception as error:  # fx raises TraceError, ValueError, TypeError, ... depending on the code
+    # fx raises TraceError, ValueError, TypeError, ... depending on the code
+    except Exception as error:
         return None, describe_failure(error)
 
 
 def describe_failure(error: Exception) -> str:
-    """'ErrorType: message' plus the last model-code line (outside torch) the trace reached."""
+    """'ErrorType: message' plus the last model-code line (outside torch) reached."""
     message = (str(error).strip().splitlines() or [""])[0].split(". ")[0][:80]
     torch_dir = pathlib.Path(torch.__file__).parent
     where = ""
     frame = error.__traceback__
     while frame is not None:
         filename = frame.tb_frame.f_code.co_filename
-        if not pathlib.Path(filename).is_relative_to(torch_dir):  # skip torch's own frames
+        # Skip torch's own frames.
+        if not pathlib.Path(filename).is_relative_to(torch_dir):
             line = linecache.getline(filename, frame.tb_lineno).strip()
             where = f" at {pathlib.Path(filename).name}:{frame.tb_lineno}: {line}"
         frame = frame.tb_next
@@ -58,14 +62,15 @@ import torch.fx
 
 
 def op_name(node: torch.fx.Node, root: torch.nn.Module | None = None) -> str | None:
-    """A short, comparable name for a graph node: 'pow', 'rsqrt', 'linear', 'Linear', ...
+    """A short, comparable name for a graph node: 'pow', 'rsqrt', 'linear', ...
 
     Works for symbolic_trace graphs (torch functions, Tensor methods, submodules)
     and for torch.export graphs (ATen overloads such as aten.pow.Tensor_Scalar).
     Placeholders, outputs and attribute reads return None.
     """
     if node.op == "call_module":
-        return type(root.get_submodule(node.target)).__name__ if root is not None else str(node.target)
+        return (type(root.get_submodule(node.target)).__name__ if root is not None
+                else str(node.target))
     if node.op == "call_method":
         return node.target
     if node.op == "call_function":
@@ -80,7 +85,8 @@ def op_kinds(graph_module: torch.fx.GraphModule) -> collections.Counter:
     """How many nodes of each op kind a graph holds."""
     names = (op_name(node, graph_module) for node in graph_module.graph.nodes)
     # torch.export adds _assert_tensor_metadata checks; they do no compute
-    return collections.Counter(name for name in names if name and not name.startswith("_assert"))
+    return collections.Counter(name for name in names
+                               if name and not name.startswith("_assert"))
 # --8<-- [end:op_kinds]
 
 
@@ -103,40 +109,44 @@ def count_pattern(graph_module: torch.fx.GraphModule, chain: tuple[str, ...]) ->
             return False
         if len(rest) == 1:
             return True
-        return any(isinstance(arg, torch.fx.Node) and matches(arg, rest[1:]) for arg in node.all_input_nodes)
+        return any(isinstance(arg, torch.fx.Node) and matches(arg, rest[1:])
+                   for arg in node.all_input_nodes)
 
     return sum(matches(node, chain) for node in graph_module.graph.nodes)
 
 
 def count_patterns(graph_module: torch.fx.GraphModule) -> dict:
-    return {name: count_pattern(graph_module, chain) for name, chain in PATTERNS.items()}
+    return {name: count_pattern(graph_module, chain)
+            for name, chain in PATTERNS.items()}
 # --8<-- [end:patterns]
 
 
 # --8<-- [start:export]
 def export_model(model, input_ids: torch.Tensor) -> torch.fx.GraphModule:
-    """The whole Qwen3ForCausalLM as one ATen-level graph, via torch.export (no KV cache)."""
+    """The whole Qwen3ForCausalLM as one ATen graph, via torch.export (no KV cache)."""
     program = torch.export.export(model, (input_ids,), kwargs={"use_cache": False})
     return program.graph_module
 
 
 class DecoderLayerCall(torch.nn.Module):
-    """Calls a decoder layer with plain tensor arguments, the way Qwen3Model calls it."""
+    """Calls a decoder layer with plain tensor arguments, as Qwen3Model calls it."""
 
     def __init__(self, layer):
         super().__init__()
         self.layer = layer
 
     def forward(self, hidden_states, cos, sin):
-        return self.layer(hidden_states, attention_mask=None, position_embeddings=(cos, sin))
+        return self.layer(hidden_states, attention_mask=None,
+                          position_embeddings=(cos, sin))
 
 
 def export_decoder_layer(model, seq_len: int = 8) -> torch.fx.GraphModule:
-    """One Qwen3DecoderLayer as an ATen-level graph, with example inputs from the model itself."""
+    """One Qwen3DecoderLayer as an ATen graph, with example inputs made by the model."""
     hidden = torch.randn(1, seq_len, model.config.hidden_size)
     position_ids = torch.arange(seq_len)[None]
     cos, sin = model.model.rotary_emb(hidden, position_ids)
-    program = torch.export.export(DecoderLayerCall(model.model.layers[0]), (hidden, cos, sin))
+    program = torch.export.export(DecoderLayerCall(model.model.layers[0]),
+                                  (hidden, cos, sin))
     return program.graph_module
 # --8<-- [end:export]
 

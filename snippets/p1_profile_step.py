@@ -1,9 +1,11 @@
 """Dynamic reading of Qwen3: profile one training step and measure launch overhead.
 
-Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_profile_step.py tests it.
+Article 1 (docs/qwen3-fusion.md) shows this file in parts;
+tests/test_p1_profile_step.py tests it.
 The analysis reads the same Chrome-trace JSON that Perfetto (ui.perfetto.dev) opens.
 
-    python snippets/p1_profile_step.py             # tiny Qwen3 on CPU, or 8B geometry (4 layers) on a GPU
+    # tiny Qwen3 on CPU, or the 8B geometry (4 layers) on a GPU
+    python snippets/p1_profile_step.py
 """
 # --8<-- [start:step]
 import torch
@@ -61,14 +63,14 @@ import time  # noqa: E402
 
 
 def load_trace(path) -> list:
-    """The traceEvents list of a Chrome trace (.json or .json.gz), as Perfetto reads it."""
+    """The traceEvents of a Chrome trace (.json or .json.gz), as Perfetto reads it."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as file:
         return json.load(file)["traceEvents"]
 
 
 def top_ops(profiler, n: int = 10) -> list:
-    """The ATen ops with the most self time on the device (CPU time when there is no GPU)."""
+    """The ATen ops with the most self time on the device (on the CPU without a GPU)."""
     rows = []
     for event in profiler.key_averages():
         device_us = getattr(event, "self_device_time_total", 0) or 0
@@ -94,9 +96,11 @@ def device_events(events: list) -> list:
     Without a GPU the stand-in is the outermost ATen ops of each thread:
     the work a GPU run would turn into kernels.
     """
-    found = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+    found = [e for e in events
+             if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
     if not found:
-        found = outermost(e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+        found = outermost(e for e in events
+                          if e.get("ph") == "X" and e.get("cat") == "cpu_op")
     return sorted(found, key=lambda e: e["ts"])
 
 
@@ -110,14 +114,16 @@ def outermost(events) -> list:
     return kept
 
 
-# Order matters: an Inductor kernel named triton_..._mean is Triton, a flash kernel built on cutlass is attention.
+# Order matters: an Inductor kernel named triton_..._mean is Triton, a flash kernel
+# built on cutlass is attention.
 KERNEL_CATEGORIES = [
     ("Triton (Inductor)", r"^triton_"),
     ("attention", r"flash|fmha|attention|sdpa|cudnn_generated"),
     ("GEMM", r"gemm|nvjet|xmma|cutlass|cublas|sm90_|sm80_|splitk"),
     ("softmax / loss", r"softmax|nll_loss|cross_entropy"),
     ("reduction", r"reduce_kernel|reduction"),
-    ("copy / cast / layout", r"copy|catarray|cat_array|transpose|index|gather|scatter|fill|memcpy|memset"),
+    ("copy / cast / layout",
+     r"copy|catarray|cat_array|transpose|index|gather|scatter|fill|memcpy|memset"),
     ("elementwise", r"elementwise"),
 ]
 COMPUTE_BOUND = {"GEMM", "attention"}
@@ -132,14 +138,16 @@ def kernel_category(name: str) -> str:
 
 
 def short_kernel_name(name: str) -> str:
-    """'void at::native::vectorized_elementwise_kernel<4, ...MulFunctor<float>...>(...)' ->
-    'vectorized_elementwise_kernel[Mul]': the kernel template plus the op it was instantiated for."""
+    """The kernel template plus the op it was instantiated for:
+    'void at::native::vectorized_elementwise_kernel<4, ...MulFunctor<float>...>(...)'
+    -> 'vectorized_elementwise_kernel[Mul]'."""
     text = re.sub(r"^void\s+", "", name)
     base = re.split(r"[<(]", text, maxsplit=1)[0].split("::")[-1] or text
     detail = None
-    for pattern in (r"CUDAFunctor_(\w+)", r"(\w+?)Functor\b", r"(\w+?)_kernel_impl", r"(\w+?)_kernel_cuda",
-                    r"(\w+?)_kernel\(", r"(\w+?)Ops<"):
-        found = [m for m in re.findall(pattern, text[len(base):]) if m not in ("Binary", "Unary", "AUnary", "BUnary")]
+    for pattern in (r"CUDAFunctor_(\w+)", r"(\w+?)Functor\b", r"(\w+?)_kernel_impl",
+                    r"(\w+?)_kernel_cuda", r"(\w+?)_kernel\(", r"(\w+?)Ops<"):
+        found = [m for m in re.findall(pattern, text[len(base):])
+                 if m not in ("Binary", "Unary", "AUnary", "BUnary")]
         if found:
             detail = found[-1].split("::")[-1]
             break
@@ -152,8 +160,9 @@ def short_kernel_name(name: str) -> str:
 def launch_summary(events: list, small_us: float = 10.0, gap_us: float = 5.0) -> dict:
     """Launch-overhead figures of one profiled step.
 
-    busy = the union of kernel intervals; span = first kernel start to last kernel end;
-    idle = span - busy, made of gaps in which the GPU waits for the CPU to launch work.
+    busy = the union of kernel intervals; span = first kernel start to last kernel
+    end; idle = span - busy, made of gaps in which the GPU waits for the CPU to
+    launch work.
     """
     kernels = device_events(events)
     if not kernels:
@@ -181,7 +190,8 @@ def launch_summary(events: list, small_us: float = 10.0, gap_us: float = 5.0) ->
         "busy_fraction": busy / span if span else 1.0,
         "median_kernel_us": statistics.median(durations),
         "small_kernels": len(small),
-        "small_kernel_time_share": sum(small) / sum(durations) if sum(durations) else 0.0,
+        "small_kernel_time_share": (sum(small) / sum(durations) if sum(durations)
+                                    else 0.0),
         "gaps_over_threshold": sum(g > gap_us for g in gaps),
         "gap_time_over_threshold_us": sum(g for g in gaps if g > gap_us),
         "small_us": small_us,
@@ -190,14 +200,16 @@ def launch_summary(events: list, small_us: float = 10.0, gap_us: float = 5.0) ->
 
 
 def kernel_table(events: list, n: int = 12) -> list:
-    """Kernels grouped by short name, by total time: the profiler's 'top kernels' view."""
+    """Kernels grouped by short name, by total time: the profiler's top-kernels view."""
     groups = collections.defaultdict(list)
     for k in device_events(events):
         groups[short_kernel_name(k["name"])].append(k)
     total = sum(k["dur"] for group in groups.values() for k in group) or 1.0
-    rows = [{"kernel": name, "category": kernel_category(group[0]["name"]), "calls": len(group),
-             "total_us": sum(k["dur"] for k in group), "mean_us": statistics.mean(k["dur"] for k in group),
-             "share": sum(k["dur"] for k in group) / total} for name, group in groups.items()]
+    rows = [{"kernel": name, "category": kernel_category(group[0]["name"]),
+             "calls": len(group), "total_us": sum(k["dur"] for k in group),
+             "mean_us": statistics.mean(k["dur"] for k in group),
+             "share": sum(k["dur"] for k in group) / total}
+            for name, group in groups.items()]
     return sorted(rows, key=lambda row: row["total_us"], reverse=True)[:n]
 
 
@@ -209,7 +221,8 @@ def category_table(events: list) -> list:
         count[category] += 1
         time_us[category] += k["dur"]
     total = sum(time_us.values()) or 1.0
-    return [{"category": c, "kernels": count[c], "total_us": time_us[c], "share": time_us[c] / total}
+    return [{"category": c, "kernels": count[c], "total_us": time_us[c],
+             "share": time_us[c] / total}
             for c, _ in time_us.most_common()]
 # --8<-- [end:launch]
 
@@ -226,7 +239,8 @@ def annotation(events: list, name: str, category: str = "user_annotation"):
     return None
 
 
-def layer_timeline(events: list, name: str = "decoder_layer.1", row: str = "device") -> list:
+def layer_timeline(events: list, name: str = "decoder_layer.1",
+                   row: str = "device") -> list:
     """What one annotated range ran, with start times relative to the range.
 
     row="cpu": the outermost ATen ops on the range's thread (the launches).
@@ -238,22 +252,26 @@ def layer_timeline(events: list, name: str = "decoder_layer.1", row: str = "devi
     cpu = annotation(events, name)
     start, end = cpu["ts"], cpu["ts"] + cpu["dur"]
     launched = {e["args"]["correlation"] for e in events
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and start <= e["ts"] < end
-                and "correlation" in e.get("args", {})}
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and start <= e["ts"] < end and "correlation" in e.get("args", {})}
     if row == "device" and launched:
-        picked = [k for k in device_events(events) if k.get("args", {}).get("correlation") in launched]
+        picked = [k for k in device_events(events)
+                  if k.get("args", {}).get("correlation") in launched]
         gpu = annotation(events, name, "gpu_user_annotation")
         origin = gpu["ts"] if gpu else min((k["ts"] for k in picked), default=0)
     else:
-        picked = outermost(e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+        picked = outermost(e for e in events
+                           if e.get("ph") == "X" and e.get("cat") == "cpu_op"
                            and e["tid"] == cpu["tid"] and start <= e["ts"] < end)
         origin = start
-    return [{"start_us": e["ts"] - origin, "dur_us": e["dur"], "kernel": short_kernel_name(e["name"]),
-             "category": kernel_category(e["name"])} for e in sorted(picked, key=lambda e: e["ts"])]
+    return [{"start_us": e["ts"] - origin, "dur_us": e["dur"],
+             "kernel": short_kernel_name(e["name"]),
+             "category": kernel_category(e["name"])}
+            for e in sorted(picked, key=lambda e: e["ts"])]
 
 
 def memory_bound_runs(timeline: list) -> list:
-    """Lengths of the runs of consecutive kernels that are neither GEMM nor attention."""
+    """Lengths of the runs of consecutive kernels that are not GEMM or attention."""
     runs, current = [], 0
     for row in timeline:
         if row["category"] in COMPUTE_BOUND:
@@ -273,39 +291,46 @@ LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 
 def range_launches(events: list, name: str = "decoder_layer.1") -> list:
-    """The GPU work launched inside one record_function range, each paired with its launch.
+    """The GPU work launched inside one record_function range, each with its launch.
 
-    A launch call on the CPU (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync, ...) and
-    the kernel, memset or memcpy it queued on the GPU carry the same ``args.correlation``.
-    Kept: calls of the range's thread that start inside the range and started GPU work
-    (calls such as cudaGetErrorString start none). Times are µs from the range's start on
-    the CPU, so launches and kernels share one time axis.
+    A launch call on the CPU (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync,
+    ...) and the kernel, memset or memcpy it queued on the GPU carry the same
+    ``args.correlation``. Kept: calls of the range's thread that start inside the
+    range and started GPU work (calls such as cudaGetErrorString start none). Times
+    are µs from the range's start on the CPU, so launches and kernels share one
+    time axis.
     """
     cpu = annotation(events, name)
     start, end = cpu["ts"], cpu["ts"] + cpu["dur"]
     gpu_work = {e["args"]["correlation"]: e for e in events
-                if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES and "correlation" in e.get("args", {})}
+                if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES
+                and "correlation" in e.get("args", {})}
     pairs = []
     for call in events:
         correlation = call.get("args", {}).get("correlation")
-        if (call.get("ph") == "X" and call.get("cat") in LAUNCH_CATEGORIES and call.get("tid") == cpu["tid"]
+        if (call.get("ph") == "X" and call.get("cat") in LAUNCH_CATEGORIES
+                and call.get("tid") == cpu["tid"]
                 and start <= call["ts"] < end and correlation in gpu_work):
             work = gpu_work[correlation]
             pairs.append({"correlation": correlation, "launch": call["name"],
                           "launch_us": call["ts"] - start, "launch_dur_us": call["dur"],
-                          "kernel": short_kernel_name(work["name"]), "category": kernel_category(work["name"]),
-                          "kernel_us": work["ts"] - start, "kernel_dur_us": work["dur"]})
+                          "kernel": short_kernel_name(work["name"]),
+                          "category": kernel_category(work["name"]),
+                          "kernel_us": work["ts"] - start,
+                          "kernel_dur_us": work["dur"]})
     return sorted(pairs, key=lambda pair: pair["launch_us"])
 # --8<-- [end:launches]
 
 
-def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000, on_gpu: bool | None = None) -> dict:
+def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000,
+            on_gpu: bool | None = None) -> dict:
     """Median and spread of fn() in ms: triton's do_bench on a GPU, perf_counter on CPU.
     ``on_gpu`` defaults to whether CUDA is available."""
     if torch.cuda.is_available() if on_gpu is None else on_gpu:  # pragma: gpu only
         import triton.testing
 
-        samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+        samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                          return_mode="all")
     else:
         fn()
         samples, deadline = [], time.perf_counter() + rep_ms / 1e3
@@ -315,7 +340,8 @@ def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000, on_gpu: bool | Non
             samples.append(1e3 * (time.perf_counter() - start))
     ordered = sorted(samples)
     return {"median_ms": statistics.median(ordered), "min_ms": ordered[0],
-            "p20_ms": ordered[len(ordered) // 5], "p80_ms": ordered[(4 * len(ordered)) // 5], "n": len(ordered)}
+            "p20_ms": ordered[len(ordered) // 5],
+            "p80_ms": ordered[(4 * len(ordered)) // 5], "n": len(ordered)}
 
 
 if __name__ == "__main__":
@@ -325,13 +351,14 @@ if __name__ == "__main__":
 
     import torch
 
-    from p1_profile_step import (annotate_decoder_layers, kernel_table, launch_summary, load_trace,
-                                 profile_training_step)
+    from p1_profile_step import (annotate_decoder_layers, kernel_table, launch_summary,
+                                 load_trace, profile_training_step)
     from p1_static_read import build_qwen3
     from qwen3_configs import qwen3_config, tiny_qwen3_config
 
     if torch.cuda.is_available():  # real Qwen3-8B layers (4 of 36), bf16, 4096 tokens
-        config, device, dtype, tokens = qwen3_config("8B", num_hidden_layers=4), "cuda", torch.bfloat16, 4096
+        config, device, dtype, tokens = (qwen3_config("8B", num_hidden_layers=4),
+                                         "cuda", torch.bfloat16, 4096)
     else:                          # same structure, tiny sizes
         config, device, dtype, tokens = tiny_qwen3_config(), "cpu", torch.float32, 64
     model = build_qwen3(config, device=device).to(dtype)
@@ -344,5 +371,6 @@ if __name__ == "__main__":
     events = load_trace(trace)
     print(launch_summary(events))
     for row in kernel_table(events, n=5):
-        print(f"{row['calls']:5d} x {row['kernel']:45s} {row['total_us']:10.0f} us  {row['category']}")
+        print(f"{row['calls']:5d} x {row['kernel']:45s} {row['total_us']:10.0f} us  "
+              f"{row['category']}")
     # --8<-- [end:usage]

@@ -1,9 +1,12 @@
-"""Static reading of Qwen3: the module tree, module counts, and the source that defines it.
+"""Static reading of Qwen3: the module tree, module counts, and the source that
+defines it.
 
-Article 1 (docs/qwen3-fusion.md) shows this file in parts; tests/test_p1_static_read.py tests it.
+Article 1 (docs/qwen3-fusion.md) shows this file in parts;
+tests/test_p1_static_read.py tests it.
 
-    python snippets/p1_static_read.py          # real Qwen3-8B geometry on the meta device
-    python snippets/p1_static_read.py --write docs/generated/p1_torchinfo.txt  # regenerate the page's copy
+    python snippets/p1_static_read.py  # real Qwen3-8B geometry on the meta device
+    # regenerate the page's copy of the torchinfo summary:
+    python snippets/p1_static_read.py --write docs/generated/p1_torchinfo.txt
 """
 import sys
 
@@ -22,7 +25,7 @@ def build_qwen3(config, device="meta") -> Qwen3ForCausalLM:
 
 
 def module_class_counts(model: torch.nn.Module) -> collections.Counter:
-    """How many modules of each class the model holds, e.g. {'Qwen3RMSNorm': 145, ...}."""
+    """How many modules of each class the model holds: {'Qwen3RMSNorm': 145, ...}."""
     return collections.Counter(type(module).__name__ for module in model.modules())
 
 
@@ -37,14 +40,15 @@ def parameter_counts(model: torch.nn.Module) -> dict:
 
 
 def expected_rmsnorm_count(config) -> int:
-    """input_layernorm, post_attention_layernorm, q_norm and k_norm per layer, plus the final norm."""
+    """input_layernorm, post_attention_layernorm, q_norm and k_norm per layer, plus
+    the final norm."""
     return 4 * config.num_hidden_layers + 1
 # --8<-- [end:build]
 
 
 # --8<-- [start:torchinfo]
 def torchinfo_summary(model: torch.nn.Module, seq_len: int = 16, depth: int = 5):
-    """torchinfo's table with output shapes: it runs one forward, so use a small real model."""
+    """torchinfo's table with output shapes. It runs one forward: use a small model."""
     import torchinfo  # pip install torchinfo
 
     input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len))
@@ -64,7 +68,8 @@ from transformers.models.qwen3 import modeling_qwen3
 
 
 def modeling_source() -> dict:
-    """Where this environment's Qwen3 modeling code lives, stamped with the transformers version."""
+    """Where this environment's Qwen3 modeling code lives, with the transformers
+    version."""
     path = pathlib.Path(inspect.getsourcefile(modeling_qwen3))
     site_packages = pathlib.Path(transformers.__file__).resolve().parents[1]
     relative = path.resolve().relative_to(site_packages).as_posix()
@@ -73,26 +78,33 @@ def modeling_source() -> dict:
         "transformers": version,
         "path": str(path),
         "relative": relative,
-        "url": f"https://github.com/huggingface/transformers/blob/v{version}/src/{relative}",
+        "url": ("https://github.com/huggingface/transformers/blob/"
+                f"v{version}/src/{relative}"),
     }
 
 
 def source_of(obj) -> tuple[int, str]:
-    """(first line number, source text) of a class or function, e.g. Qwen3DecoderLayer.forward."""
+    """(first line number, source text) of a class or function, such as
+    Qwen3DecoderLayer.forward."""
     lines, first_line = inspect.getsourcelines(obj)
     return first_line, "".join(lines)
 # --8<-- [end:source]
 
 
 def torchinfo_report() -> str:
-    """The text of docs/generated/p1_torchinfo.txt: the summary the usage prints for the tiny model."""
+    """The text of docs/generated/p1_torchinfo.txt: the summary the usage prints for
+    the tiny model."""
     import torchinfo
 
     from qwen3_configs import tiny_qwen3_config
 
-    header = (f"# torchinfo {torchinfo.__version__}, transformers {transformers.__version__}, "
-              f"torch {torch.__version__.split('+')[0]}: torchinfo_summary(tiny Qwen3), 16 tokens")
-    return header + "\n" + str(torchinfo_summary(build_qwen3(tiny_qwen3_config(), device="cpu"))) + "\n"
+    header = (f"# torchinfo {torchinfo.__version__}, "
+              f"transformers {transformers.__version__}, "
+              f"torch {torch.__version__.split('+')[0]}: "
+              "torchinfo_summary(tiny Qwen3), 16 tokens")
+    return (header + "\n"
+            + str(torchinfo_summary(build_qwen3(tiny_qwen3_config(), device="cpu")))
+            + "\n")
 
 
 if __name__ == "__main__":
@@ -107,8 +119,10 @@ if __name__ == "__main__":
     print(model)
     counts = module_class_counts(model)
     print(counts.most_common(6))
-    print("Qwen3RMSNorm:", counts["Qwen3RMSNorm"], "= 4 x 36 + 1 =", expected_rmsnorm_count(config))
-    # torchinfo runs one forward for the output shapes: a tiny Qwen3 (2 layers, hidden 64) on the CPU
+    print("Qwen3RMSNorm:", counts["Qwen3RMSNorm"], "= 4 x 36 + 1 =",
+          expected_rmsnorm_count(config))
+    # torchinfo runs one forward for the output shapes: a tiny Qwen3 (2 layers,
+    # hidden 64) on the CPU
     print(torchinfo_summary(build_qwen3(tiny_qwen3_config(), device="cpu")))
     # --8<-- [end:usage]
 

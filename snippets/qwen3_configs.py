@@ -63,4 +63,5 @@ def tiny_qwen3_config(**overrides) -> Qwen3Config:
 if __name__ == "__main__":
     for name in QWEN3_SIZES:
         config = qwen3_config(name)
-        print(name, config.hidden_size, config.intermediate_size, config.num_hidden_layers)
+        print(name, config.hidden_size, config.intermediate_size,
+              config.num_hidden_layers)

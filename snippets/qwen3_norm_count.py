@@ -1,4 +1,5 @@
-"""How many modules does the RMSNorm patch replace? Count them on every Qwen3 dense size (篇2 §6.1).
+"""How many modules does the RMSNorm patch replace? Count them on every Qwen3 dense
+size (篇2 §6.1).
 
 Each model is built on the meta device (shapes only: no memory, no download)
 after patch_qwen3_rmsnorm(), then the Triton norms are counted. A decoder layer
@@ -16,7 +17,7 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 
 
 def count_replaced_norms(size: str) -> tuple[int, int, int]:
-    """(layers, Triton norms, HF norms left) for a Qwen3 size, built on the meta device."""
+    """(layers, Triton norms, HF norms left) for a size, built on the meta device."""
     config = qwen3_config(size)
     undo = patch_qwen3_rmsnorm(TritonQwen3RMSNorm)  # before construction
     try:

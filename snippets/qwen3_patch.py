@@ -71,4 +71,5 @@ if __name__ == "__main__":
     with torch.device("meta"):
         model = Qwen3ForCausalLM(config)
     undo()
-    print(f"{config.num_hidden_layers} layers -> {count_modules(model, TritonQwen3RMSNorm)} Triton RMSNorm modules")
+    print(f"{config.num_hidden_layers} layers -> "
+          f"{count_modules(model, TritonQwen3RMSNorm)} Triton RMSNorm modules")

@@ -1,8 +1,9 @@
 """Teaching version of a Qwen3 RMSNorm in Triton: one program per row.
 
-Correct (HF cast order, output in the output tensor's own dtype, fp64 accumulation for
-fp64 inputs) but deliberately simple: its backward writes one fp32 row of dW partials per
-input row, which is why it is slow; rmsnorm_triton.py fixes that. Contiguous input only.
+Correct (HF cast order, output in the output tensor's own dtype, fp64 accumulation
+for fp64 inputs) but deliberately simple: its backward writes one fp32 row of dW
+partials per input row, which is why it is slow; rmsnorm_triton.py fixes that.
+Contiguous input only.
 """
 # --8<-- [start:imports]
 import torch
@@ -38,7 +39,7 @@ def naive_rms_norm_fwd(x, weight, eps=1e-6):
     x2d = x.reshape(-1, n_cols).contiguous()
     out_dtype = torch.promote_types(x.dtype, weight.dtype)  # what HF returns
     y = torch.empty(x2d.shape, dtype=out_dtype, device=x.device)
-    fp64 = torch.float64 in (x.dtype, weight.dtype)  # fp64 inputs: fp64 math (gradcheck)
+    fp64 = torch.float64 in (x.dtype, weight.dtype)  # fp64 inputs: fp64 math
     naive_rms_norm_fwd_kernel[(x2d.shape[0],)](
         x2d, y, weight, n_cols, eps,
         BLOCK_COLS=triton.next_power_of_2(n_cols),
@@ -90,7 +91,8 @@ def naive_rms_norm_bwd(dy, x, weight, eps=1e-6, compute_dw=True):
         COMPUTE_DTYPE=tl.float64 if fp64 else tl.float32,
         num_warps=4,
     )
-    dw = dw_rows.sum(dim=0).to(weight.dtype) if compute_dw else None  # the kernel wrote the rows anyway
+    # Without compute_dw the kernel still wrote the dW rows; they are just not summed.
+    dw = dw_rows.sum(dim=0).to(weight.dtype) if compute_dw else None
     return dx.reshape(x.shape), dw
 # --8<-- [end:naive_bwd_wrapper]
 
@@ -109,7 +111,8 @@ if __name__ == "__main__":
         hf_norm.weight.normal_(1.0, 0.1)
         expected = hf_norm(x)
         y = naive_rms_norm_fwd(x, hf_norm.weight, 1e-6)
-    torch.testing.assert_close(y, expected, rtol=2e-2, atol=1e-5)  # a bf16 rounding or two apart
+    # y and HF's output are a bf16 rounding or two apart.
+    torch.testing.assert_close(y, expected, rtol=2e-2, atol=1e-5)
     print(f"naive forward matches Qwen3RMSNorm on bf16 {tuple(x.shape)}: "
           f"max |diff| {(y - expected).abs().max().item():.3g}, within bf16 rounding")
     # --8<-- [end:naive_fwd_check]

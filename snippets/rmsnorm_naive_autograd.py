@@ -19,10 +19,13 @@ class NaiveRMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        if torch.is_grad_enabled():  # create_graph=True would need a backward of this backward
-            raise NotImplementedError("double backward (create_graph=True) is not implemented for NaiveRMSNorm")
+        # create_graph=True would need a backward of this backward.
+        if torch.is_grad_enabled():
+            raise NotImplementedError("double backward (create_graph=True) is not "
+                                      "implemented for NaiveRMSNorm")
         x, weight = ctx.saved_tensors
-        dx, dw = naive_rms_norm_bwd(dy, x, weight, ctx.eps, compute_dw=ctx.needs_input_grad[1])
+        dx, dw = naive_rms_norm_bwd(dy, x, weight, ctx.eps,
+                                    compute_dw=ctx.needs_input_grad[1])
         return dx, dw, None  # eps is not a tensor: no gradient
 
 
@@ -43,7 +46,8 @@ if __name__ == "__main__":
     naive_rms_norm(x, weight).backward(dy)
     # the same function in torch ops, differentiated by autograd
     x_ref, w_ref = x.detach().requires_grad_(), weight.detach().requires_grad_()
-    (w_ref * x_ref * torch.rsqrt(x_ref.pow(2).mean(-1, keepdim=True) + 1e-6)).backward(dy)
+    (w_ref * x_ref
+     * torch.rsqrt(x_ref.pow(2).mean(-1, keepdim=True) + 1e-6)).backward(dy)
     print(f"max |dx - autograd| {(x.grad - x_ref.grad).abs().max().item():.1e}, "
           f"max |dw - autograd| {(weight.grad - w_ref.grad).abs().max().item():.1e}")
     # --8<-- [end:usage]

@@ -58,11 +58,14 @@ def _load_tile(X, offsets, cols, row_mask, n_cols):
 
 
 @triton.jit
-def _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE: tl.constexpr):
-    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # HF rounds here
+def _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols,
+                     COMPUTE_DTYPE: tl.constexpr):
+    # HF rounds x_hat to the input dtype before the weight multiply.
+    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)
     y = x_hat * w[None, :]
     y_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # Y is contiguous
-    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty), mask=row_mask[:, None] & (cols < n_cols)[None, :])
+    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty),
+             mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
 
 @triton.jit
@@ -86,7 +89,8 @@ def rms_norm_fwd_kernel(
     if TAIL_COLS > 0:  # e.g. 2560 = 2048 + 512 instead of one 4096-wide block
         tail_cols = BLOCK_COLS + tl.arange(0, TAIL_COLS)
         x_tail = _load_tile(X, x_offsets, tail_cols, row_mask, n_cols).to(COMPUTE_DTYPE)
-        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols,
+                         other=0.0).to(COMPUTE_DTYPE)
 
     sum_squares = tl.sum(x * x, axis=1)
     if TAIL_COLS > 0:
@@ -95,7 +99,8 @@ def rms_norm_fwd_kernel(
 
     _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE)
     if TAIL_COLS > 0:
-        _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols, COMPUTE_DTYPE)
+        _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols,
+                         COMPUTE_DTYPE)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 # --8<-- [end:fwd_kernel]
 
@@ -114,7 +119,8 @@ def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides):
 def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols):
     dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
     dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
-    tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty), mask=row_mask[:, None] & (cols < n_cols)[None, :])
+    tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty),
+             mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
 
 @triton.jit
@@ -138,7 +144,8 @@ def rms_norm_bwd_kernel(
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     if TAIL_COLS > 0:
         tail_cols = BLOCK_COLS + tl.arange(0, TAIL_COLS)
-        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols,
+                         other=0.0).to(COMPUTE_DTYPE)
         dw_acc_tail = tl.zeros([BLOCK_ROWS, TAIL_COLS], dtype=COMPUTE_DTYPE)
 
     # Persistent loop over tiles program, program + n_programs, ... The loads of
@@ -146,22 +153,27 @@ def rms_norm_bwd_kernel(
     # so each program keeps two tiles of memory traffic in flight.
     rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
-    x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols, size1, size2, strides)
+    x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
+                                 size1, size2, strides)
     if TAIL_COLS > 0:
-        x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows, n_cols, size1, size2, strides)
+        x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
+                                               n_cols, size1, size2, strides)
     for _ in range(tiles_per_program):
         rows = rows_next
         if TAIL_COLS > 0:
             # Two-block rows: converting this tile before issuing the next tile's loads
             # was the faster schedule on the H200 (measured both ways).
             x, dy = x_next.to(COMPUTE_DTYPE), dy_next.to(COMPUTE_DTYPE)
-            x_tail, dy_tail = x_tail_next.to(COMPUTE_DTYPE), dy_tail_next.to(COMPUTE_DTYPE)
+            x_tail, dy_tail = (x_tail_next.to(COMPUTE_DTYPE),
+                               dy_tail_next.to(COMPUTE_DTYPE))
         else:
             x_raw, dy_raw = x_next, dy_next
         rows_next = rows + n_programs * BLOCK_ROWS
-        x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols, size1, size2, strides)
+        x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
+                                     size1, size2, strides)
         if TAIL_COLS > 0:
-            x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows, n_cols, size1, size2, strides)
+            x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
+                                                   n_cols, size1, size2, strides)
         else:
             # One-block rows: the next loads are in flight before we wait for this tile.
             x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
@@ -186,19 +198,23 @@ def rms_norm_bwd_kernel(
         c = dot / n_cols
         _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols)
         if TAIL_COLS > 0:
-            _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, rows, tail_cols, row_mask, n_cols)
+            _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, rows, tail_cols,
+                      row_mask, n_cols)
 
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
-            dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)  # masked rows add zeros
+            # Masked rows add zeros.
+            dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
             if TAIL_COLS > 0:
-                dw_acc_tail += dy_tail * x_hat_tail.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
+                dw_acc_tail += (dy_tail
+                                * x_hat_tail.to(X.dtype.element_ty).to(COMPUTE_DTYPE))
 
     if COMPUTE_DW:
         partial = DW_PARTIAL + program.to(tl.int64) * n_cols
         tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
         if TAIL_COLS > 0:
-            tl.store(partial + tail_cols, tl.sum(dw_acc_tail, axis=0), mask=tail_cols < n_cols)
+            tl.store(partial + tail_cols, tl.sum(dw_acc_tail, axis=0),
+                     mask=tail_cols < n_cols)
 # --8<-- [end:bwd_kernel]
 
 
@@ -214,8 +230,10 @@ def dw_reduce_kernel(
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     parts = tl.arange(0, BLOCK_PARTIALS)
     mask = (parts < n_partials)[:, None] & (cols < n_cols)[None, :]
-    block = tl.load(DW_PARTIAL + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-    tl.store(DW + cols, tl.sum(block, axis=0).to(DW.dtype.element_ty), mask=cols < n_cols)
+    block = tl.load(DW_PARTIAL + parts.to(tl.int64)[:, None] * n_cols + cols[None, :],
+                    mask=mask, other=0.0)
+    tl.store(DW + cols, tl.sum(block, axis=0).to(DW.dtype.element_ty),
+             mask=cols < n_cols)
 # --8<-- [end:dw_reduce_kernel]
 
 
@@ -239,7 +257,7 @@ def column_blocks(n_cols: int) -> tuple[int, int]:
 
 
 def forward_config(n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps) of the forward, from the H200 sweep (篇2 §七).
+    """Forward (BLOCK_ROWS, BLOCK_COLS, num_warps), from the H200 sweep (篇2 §七).
 
     Narrow rows: several rows per program, a tile of 2048 elements, 4 warps
     (16 rows of 128 for q_norm/k_norm). Rows of 2048 to 5120: one row per program
@@ -253,13 +271,13 @@ def forward_config(n_cols: int) -> tuple[int, int, int]:
 
 
 def backward_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward, from the H200 sweep.
+    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward (篇2 §七).
 
-    Narrow rows are latency-bound: small tiles and many resident programs per SM
-    keep more loads in flight. Power-of-two rows of 4096+ want one row per program
-    and 8 warps; two-block rows (2560, 5120) a tile of about 5000 elements on 4 warps,
-    2 programs per SM. Rows past 8192 need 32 warps to hold x, dy and the dW
-    accumulator in registers.
+    From the H200 sweep. Narrow rows are latency-bound: small tiles and many resident
+    programs per SM keep more loads in flight. Power-of-two rows of 4096+ want one
+    row per program and 8 warps; two-block rows (2560, 5120) a tile of about 5000
+    elements on 4 warps, 2 programs per SM. Rows past 8192 need 32 warps to hold x,
+    dy and the dW accumulator in registers.
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
@@ -287,25 +305,30 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
-    """Reject anything the kernels would get wrong, with a message naming the problem."""
+    """Reject what the kernels would get wrong, with a message naming the problem."""
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise TypeError("rms_norm expects tensors for x and weight")
     if x.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"rms_norm supports float16/bfloat16/float32/float64, got x={x.dtype}, weight={weight.dtype}")
+        raise TypeError("rms_norm supports float16/bfloat16/float32/float64, "
+                        f"got x={x.dtype}, weight={weight.dtype}")
     if x.dim() == 0:
         raise ValueError("rms_norm needs at least one dimension; got a 0-dim tensor")
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
-        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last dim; got {tuple(weight.shape)}")
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last "
+                         f"dim; got {tuple(weight.shape)}")
     if not (isinstance(eps, (int, float)) and eps > 0 and eps != float("inf")):
         raise ValueError(f"eps must be a positive finite float, got {eps!r}")
     if x.shape[-1] > MAX_COLS:
-        raise ValueError(f"rows wider than {MAX_COLS} are not supported (got {x.shape[-1]})")
+        raise ValueError(
+            f"rows wider than {MAX_COLS} are not supported (got {x.shape[-1]})")
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     expected = "cpu" if interpreted else "cuda"
     for name, tensor in (("x", x), ("weight", weight)):
         if tensor.device.type != expected:
-            mode = "TRITON_INTERPRET=1 (CPU interpreter)" if interpreted else "the CUDA backend"
-            raise ValueError(f"{name} is on {tensor.device}, but Triton runs under {mode}: expected a {expected} tensor")
+            mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if interpreted
+                    else "the CUDA backend")
+            raise ValueError(f"{name} is on {tensor.device}, but Triton runs under "
+                             f"{mode}: expected a {expected} tensor")
     if x.device != weight.device:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
 
@@ -330,13 +353,15 @@ def rows_layout(*tensors):
     """
     if all(t.is_contiguous() for t in tensors):  # the common case, fast
         n_cols = tensors[0].shape[-1]
-        return list(tensors), (1, tensors[0].numel() // max(n_cols, 1)), [(0, 0, n_cols)] * len(tensors)
+        return (list(tensors), (1, tensors[0].numel() // max(n_cols, 1)),
+                [(0, 0, n_cols)] * len(tensors))
     tensors = [t if t.stride(-1) == 1 else t.contiguous() for t in tensors]
     sizes, strides = [], [[] for _ in tensors]
     for dim, size in enumerate(tensors[0].shape[:-1]):
         if size == 1:
             continue
-        if sizes and all(s[-1] == t.stride(dim) * size for s, t in zip(strides, tensors)):
+        if sizes and all(s[-1] == t.stride(dim) * size
+                         for s, t in zip(strides, tensors)):
             sizes[-1] *= size  # the previous dim folds into this one for every tensor
             for s, t in zip(strides, tensors):
                 s[-1] = t.stride(dim)
@@ -362,8 +387,11 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     compute = compute_dtype(x, weight)
-    y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-    rstd = torch.empty(n_rows, dtype=torch.float64 if compute == tl.float64 else torch.float32, device=x.device)
+    y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype),
+                    device=x.device)
+    rstd = torch.empty(n_rows,
+                       dtype=torch.float64 if compute == tl.float64 else torch.float32,
+                       device=x.device)
     if y.numel() == 0:
         return y, rstd
     (x,), (size1, size2), (x_strides,) = rows_layout(x)
@@ -371,7 +399,8 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
         x, weight, y, rstd, n_rows, n_cols, *split_eps(eps, compute),
         size1, size2, *x_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, TAIL_COLS=column_blocks(n_cols)[1],
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+        TAIL_COLS=column_blocks(n_cols)[1],
         COMPUTE_DTYPE=compute, num_warps=num_warps,
     )
     return y, rstd
@@ -379,13 +408,16 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
 
 
 # --8<-- [start:bwd_wrapper]
-def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float | None = None):
+def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
+                      eps: float | None = None):
     """Returns (dx, dw); dw is None when compute_dw is False. dy is never written.
 
-    ``rstd`` is what rms_norm_forward saved; pass ``rstd=None`` and ``eps`` to recompute it.
+    ``rstd`` is what rms_norm_forward saved; pass ``rstd=None`` and ``eps`` to
+    recompute it.
     """
     if dy.shape != x.shape:
-        raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match input shape {tuple(x.shape)}")
+        raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match "
+                         f"input shape {tuple(x.shape)}")
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     if rstd is None and eps is None:
@@ -400,12 +432,15 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True, eps: float |
     n_tiles = triton.cdiv(n_rows, block_rows)
     n_programs = max(1, min(n_tiles, sm_count(x.device) * programs_per_sm))
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
-    dw_partial = torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device) if compute_dw else dx
+    dw_partial = (torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device)
+                  if compute_dw else dx)
     rms_norm_bwd_kernel[(n_programs,)](
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
-        n_rows, n_cols, *split_eps(eps or 0.0, compute), triton.cdiv(n_tiles, n_programs),
+        n_rows, n_cols, *split_eps(eps or 0.0, compute),
+        triton.cdiv(n_tiles, n_programs),
         size1, size2, *x_strides, *dy_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols, TAIL_COLS=column_blocks(n_cols)[1],
+        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+        TAIL_COLS=column_blocks(n_cols)[1],
         COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
         RECOMPUTE_RSTD=rstd is None, num_warps=num_warps,
     )
@@ -431,9 +466,11 @@ class TritonRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         if torch.is_grad_enabled():
-            raise NotImplementedError("double backward (create_graph=True) is not implemented for TritonRMSNorm")
+            raise NotImplementedError("double backward (create_graph=True) is not "
+                                      "implemented for TritonRMSNorm")
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(dy, x, weight, rstd, compute_dw=ctx.needs_input_grad[1])
+        dx, dw = rms_norm_backward(dy, x, weight, rstd,
+                                   compute_dw=ctx.needs_input_grad[1])
         return dx, dw, None  # eps is not a tensor: no gradient
 
 
@@ -482,13 +519,15 @@ class TritonForwardOnlyFunction(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         with torch.enable_grad():
             x_, w_ = x.detach().requires_grad_(), weight.detach().requires_grad_()
-            dx, dw = torch.autograd.grad(reference_rms_norm(x_, w_, ctx.eps), (x_, w_), dy)
+            dx, dw = torch.autograd.grad(reference_rms_norm(x_, w_, ctx.eps),
+                                         (x_, w_), dy)
         return dx, dw, None
 
 
 class TritonQwen3RMSNormFwdOnly(TritonQwen3RMSNorm):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return TritonForwardOnlyFunction.apply(hidden_states, self.weight, self.variance_epsilon)
+        return TritonForwardOnlyFunction.apply(hidden_states, self.weight,
+                                               self.variance_epsilon)
 # --8<-- [end:fwd_only]
 
 
@@ -499,5 +538,7 @@ if __name__ == "__main__":
     y = norm(x)
     y.backward(torch.randn_like(y))
     reference = reference_rms_norm(x.detach(), norm.weight.detach(), 1e-6)
-    print("forward max |diff| vs HF arithmetic:", (y.float() - reference.float()).abs().max().item())
-    print("dx finite:", bool(x.grad.isfinite().all()), " dw shape:", tuple(norm.weight.grad.shape))
+    print("forward max |diff| vs HF arithmetic:",
+          (y.float() - reference.float()).abs().max().item())
+    print("dx finite:", bool(x.grad.isfinite().all()),
+          " dw shape:", tuple(norm.weight.grad.shape))

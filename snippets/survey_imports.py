@@ -23,13 +23,15 @@ def qwen3_with_flash_attention(config):
 
 # --8<-- [start:unsloth]
 def qwen3_lora_with_unsloth(model_name="unsloth/Qwen3-8B"):
-    from unsloth import FastLanguageModel  # import unsloth before transformers: it patches it
+    # Import unsloth before transformers: it patches transformers.
+    from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=model_name, max_seq_length=4096, load_in_4bit=True)  # QLoRA base
     model = FastLanguageModel.get_peft_model(
         model, r=16, lora_alpha=16,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                        "gate_proj", "up_proj", "down_proj"])
     return model, tokenizer
 # --8<-- [end:unsloth]
 
@@ -57,7 +59,8 @@ import torch
 
 
 def qwen3_with_inductor(model):
-    return torch.compile(model)  # Dynamo captures graphs, Inductor fuses them into Triton kernels
+    # Dynamo captures graphs, Inductor fuses them into Triton kernels.
+    return torch.compile(model)
 # --8<-- [end:inductor]
 
 
@@ -76,7 +79,8 @@ THIRD_PARTY = {"flash-attn": "flash_attn", "unsloth": "unsloth", "xformers": "xf
 
 
 def installed() -> dict[str, bool]:
-    return {name: importlib.util.find_spec(module) is not None for name, module in THIRD_PARTY.items()}
+    return {name: importlib.util.find_spec(module) is not None
+            for name, module in THIRD_PARTY.items()}
 
 
 if __name__ == "__main__":

@@ -38,8 +38,10 @@ def scale(x: torch.Tensor, factor: float, block_size: int = 256) -> torch.Tensor
 if __name__ == "__main__":
     # --8<-- [start:check]
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    x = torch.randn(1000, device=device)  # 1000 is not a multiple of 256: the mask matters
+    # 1000 is not a multiple of 256: the mask matters.
+    x = torch.randn(1000, device=device)
     y = scale(x, 2.5)
     torch.testing.assert_close(y, x * 2.5)
-    print(f"blocks launched: {triton.cdiv(x.numel(), 256)}, max |error|: {(y - x * 2.5).abs().max().item()}")
+    print(f"blocks launched: {triton.cdiv(x.numel(), 256)}, "
+          f"max |error|: {(y - x * 2.5).abs().max().item()}")
     # --8<-- [end:check]

@@ -6,6 +6,8 @@
   docs code-block test would never run it.
 * Includes name a section (``"snippets/x.py:name"``), never a line range
   (``"file:12:40"``, ``"file:12"``): a range silently shifts when the file changes.
+* Every line of snippets/*.py fits the desktop code column (``MAX_SNIPPET_COLUMNS``),
+  so no code block on a page scrolls sideways.
 * Mermaid diagrams use the one HF pastel palette and only the classes it defines.
 * The palette is the same in docs/assets/stylesheets/palette.css,
   docs/assets/mermaid/hf-pastel.mmd and bench/common.py.
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
 
@@ -121,6 +124,48 @@ def test_line_range_rule():
         '--8<-- "snippets/a.py:1:3,5:6"',      # several ranges
     ])
     assert [p.split(":")[1] for p in line_range_includes(text, "t.md")] == ["4", "5", "6", "8"]
+
+
+# ------------------------------------------------------------------ snippet line width
+
+# What fits the code column of a page on a 1280x800 desktop (the code font is sized so
+# that about 90 characters fit): a longer snippet line makes its block scroll sideways.
+MAX_SNIPPET_COLUMNS = 88
+SNIPPETS = sorted((docs_tools.ROOT / "snippets").glob("*.py"))
+
+
+def columns(line: str) -> int:
+    """Width of ``line`` in a monospace font: wide (CJK) characters take two columns."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def long_lines(text: str, name: str, limit: int = MAX_SNIPPET_COLUMNS) -> list[str]:
+    """'name:line: N columns' for each line of ``text`` wider than ``limit``."""
+    return [f"{name}:{lineno}: {columns(line)} columns (at most {limit})"
+            for lineno, line in enumerate(text.split("\n"), 1) if columns(line) > limit]
+
+
+def test_snippet_lines_fit_the_code_column():
+    problems = [problem for path in SNIPPETS
+                for problem in long_lines(path.read_text(encoding="utf-8"), f"snippets/{path.name}")]
+    if problems:
+        pytest.fail("snippet lines wider than the desktop code column; wrap them:\n"
+                    + "\n".join(problems), pytrace=False)
+
+
+def test_line_width_rule():
+    fits = "x = " + "1" * (MAX_SNIPPET_COLUMNS - 4)
+    text = "\n".join([
+        "import torch",
+        fits,                       # exactly the limit: ok
+        fits + "2",                 # one over
+        "# 篇" + "a" * (MAX_SNIPPET_COLUMNS - 3),  # at the limit in characters; 篇 is 2 wide
+    ])
+    assert long_lines(text, "a.py") == [
+        f"a.py:3: {MAX_SNIPPET_COLUMNS + 1} columns (at most {MAX_SNIPPET_COLUMNS})",
+        f"a.py:4: {MAX_SNIPPET_COLUMNS + 1} columns (at most {MAX_SNIPPET_COLUMNS})",
+    ]
+    assert SNIPPETS, "no snippets/*.py found"
 
 
 # ------------------------------------------------------------------ mermaid palette
