@@ -28,6 +28,7 @@ LOGS = {
     "loss-curve-constant-lr-85d659c.log": "预热后 lr 保持不变的第一次运行；之后改为余弦衰减",
     "loss-curve-fixed-gate-b370c8a.log": "固定末段阈值的运行；之后阈值改为参照对照自身的噪声（同一作业也跑了 step 实验）",
     "loss-curve-6bee182.log": "loss_curve.json 那次运行的日志",
+    "gpu-tests-a63f90f.log": "读者版（两篇精简、方法页、可粘贴的代码块）的 GPU 全套测试，含两篇文章的代码块",
     "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
 }
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
