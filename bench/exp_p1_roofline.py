@@ -252,7 +252,7 @@ def _ceilings_table(data):
          f"读写共 {copy['bytes'] / 2**20:,.0f} MiB，用时 {common.fmt(copy['median_us'])} µs"],
         [f"{common.dtype_short(matmul['dtype'])} 矩阵乘吞吐", f"{common.fmt(matmul['tflops'])} TFLOP/s",
          f"{m}×{k} @ {k}×{n}，用时 {common.fmt(matmul['median_us'])} µs；只测了一个形状，是实用上限，不是峰值"],
-        ["脊点（矩阵乘吞吐 ÷ 拷贝带宽）", f"{common.fmt(ridge_flop_per_byte(data))} FLOP/字节",
+        ["屋脊点（矩阵乘吞吐 ÷ 拷贝带宽）", f"{common.fmt(ridge_flop_per_byte(data))} FLOP/字节",
          "算术强度低于它的算子访存受限"],
     ]
     return common.md_table(["天花板", "实测值", "怎么测的"], rows, align="lrl")
