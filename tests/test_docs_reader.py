@@ -220,3 +220,11 @@ def test_captions_link_to_the_served_snippet(site):
                 linked += 1
     assert not problems, "\n".join(problems)
     assert linked >= 10, f"only {linked} caption links found"
+
+
+def test_no_seed_figures_survive_in_the_articles():
+    """The draft's wrong count and impossible timings must not come back (the methods page quotes them)."""
+    for page in ARTICLES:
+        text = (docs_tools.ROOT / page).read_text(encoding="utf-8")
+        for phrase in ("73 个", "612 ms", "592 ms", "577 ms", "505 ms", "448 ms", "420 μs", "180 μs"):
+            assert phrase not in text, f"{page}: {phrase}"

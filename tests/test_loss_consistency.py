@@ -15,7 +15,7 @@ import math
 
 import pytest
 import torch
-from broken_backwards import MissingProjectionTerm
+from helpers import MissingProjectionTerm
 
 from loss_consistency import (EOS, VOCAB_SIZE, batch_starts, build_pair, get_batch, loss_gate, stdlib_tokens,
                               train_lockstep)

@@ -3,7 +3,6 @@
 CPU: Triton interpreter, small shapes. CUDA: the same tests at real sizes, plus
 the randomized sweep, bit-level HF comparison and determinism at scale.
 """
-import contextlib
 import math
 import random
 
@@ -12,6 +11,7 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_triton
+from helpers import REL_TOL, fp64_reference, poisoned_allocations, random_inputs, rel_err
 from rmsnorm_triton import (
     TritonQwen3RMSNorm,
     TritonQwen3RMSNormFwdOnly,
@@ -21,51 +21,6 @@ from rmsnorm_triton import (
 )
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
-# Relative L2 error allowed against the fp64 reference, per output dtype.
-REL_TOL = {torch.bfloat16: 1.5e-2, torch.float16: 2e-3, torch.float32: 2e-5, torch.float64: 1e-10}
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double().to(out.device)
-    assert torch.isfinite(out).all(), "non-finite values (unwritten output?)"
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def fp64_reference(x, w, eps, dy):
-    """y, dx, dw in fp64 from the exact formula (no intermediate rounding)."""
-    x64 = x.detach().double().requires_grad_()
-    w64 = w.detach().double().requires_grad_()
-    y = w64 * (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
-    dx, dw = torch.autograd.grad(y, (x64, w64), dy.detach().double())
-    return y.detach(), dx, dw
-
-
-@contextlib.contextmanager
-def poisoned_allocations():
-    """Every torch.empty/empty_like in scope returns NaN-filled memory."""
-    real_empty, real_empty_like = torch.empty, torch.empty_like
-
-    def fill(t):
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
-    torch.empty = lambda *a, **k: fill(real_empty(*a, **k))
-    torch.empty_like = lambda *a, **k: fill(real_empty_like(*a, **k))
-    try:
-        yield
-    finally:
-        torch.empty, torch.empty_like = real_empty, real_empty_like
-
-
-def random_inputs(shape, dtype, device, seed):
-    gen = torch.Generator().manual_seed(seed)
-    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + 0.3).to(dtype).to(device)
-    w = (torch.randn(shape[-1], generator=gen, dtype=torch.float64) * 0.5 + 1).to(dtype).to(device)
-    dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).to(device)
-    return x, w, dy
-
-
 def run_triton(x, w, eps, dy, weight_grad=True):
     x = x.detach().clone().requires_grad_()
     w = w.detach().clone().requires_grad_(weight_grad)

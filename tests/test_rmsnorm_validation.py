@@ -7,7 +7,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import rmsnorm_validation as validation
-from broken_backwards import MissingProjectionTerm
+from helpers import MissingProjectionTerm
 
 
 def test_gradcheck_passes(device):

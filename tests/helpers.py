@@ -1,0 +1,64 @@
+"""Helpers shared by the kernel tests: fp64 references, NaN-poisoned allocations,
+fresh random inputs, and plausible wrong backwards that the tests must catch."""
+import contextlib
+
+import torch
+
+# Relative L2 error allowed against the fp64 reference, per output dtype.
+REL_TOL = {torch.bfloat16: 1.5e-2, torch.float16: 2e-3, torch.float32: 2e-5, torch.float64: 1e-10}
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double().to(out.device)
+    assert torch.isfinite(out).all(), "non-finite values (unwritten output?)"
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def fp64_reference(x, w, eps, dy):
+    """y, dx, dw in fp64 from the exact formula (no intermediate rounding)."""
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    y = w64 * (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
+    dx, dw = torch.autograd.grad(y, (x64, w64), dy.detach().double())
+    return y.detach(), dx, dw
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Every torch.empty/empty_like in scope returns NaN-filled memory."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def fill(t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    torch.empty = lambda *a, **k: fill(real_empty(*a, **k))
+    torch.empty_like = lambda *a, **k: fill(real_empty_like(*a, **k))
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like = real_empty, real_empty_like
+
+
+def random_inputs(shape, dtype, device, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + 0.3).to(dtype).to(device)
+    w = (torch.randn(shape[-1], generator=gen, dtype=torch.float64) * 0.5 + 1).to(dtype).to(device)
+    dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).to(device)
+    return x, w, dy
+
+class MissingProjectionTerm(torch.autograd.Function):
+    """dx = w * dy * rstd: forgets the -x_hat * mean(w * dy * x_hat) term."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return weight * (x * rstd)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dw = (dy * x * rstd).reshape(-1, x.shape[-1]).sum(0)
+        return weight * dy * rstd, dw, None
