@@ -98,3 +98,48 @@ def test_deploy_needs_cpu_gpu_and_strict_build():
     gpu_job = gpu["jobs"]["gpu-suite"]
     assert {"self-hosted", "gpu"} <= set(gpu_job["runs-on"])
     assert any(".ci/test.sh --gpu" in s.get("run", "") for s in gpu_job["steps"])
+
+
+# The documented forms of `uses:`. A workflow of this repository: the self-repository form
+# `$/.github/workflows/<file>` (GitHub changelog 2026-07-30, "Reference same-repository actions
+# with self-repository syntax"; zizmor >= 1.30 flags the older workspace-relative `./...` form,
+# which also resolves against the runner's checkout). Another repository's workflow or an action:
+# `{owner}/{repo}[/path]@{ref}`, pinned here to a full commit SHA.
+SELF_WORKFLOW = re.compile(r"\$/\.github/workflows/[\w.-]+\.ya?ml")
+PINNED = re.compile(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}")
+
+
+def uses_problem(value: str, job_level: bool) -> str | None:
+    """Why ``value`` is not a documented, pinned form of ``uses:`` (None if it is fine)."""
+    if job_level and SELF_WORKFLOW.fullmatch(value):
+        return None
+    if PINNED.fullmatch(value):
+        return None
+    return f"`uses: {value}` is neither $/.github/workflows/<file> nor owner/repo[/path]@<40-hex sha>"
+
+
+def test_every_uses_is_a_documented_form():
+    problems = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for name, job in load(path.name)["jobs"].items():
+            found = [(job["uses"], True)] if "uses" in job else []
+            found += [(step["uses"], False) for step in job.get("steps", []) if "uses" in step]
+            for value, job_level in found:
+                problem = uses_problem(value, job_level)
+                problems += [f"{path.name} job {name}: {problem}"] if problem else []
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("value, job_level, ok", [
+    ("$/.github/workflows/ci.yml", True, True),
+    ("./.github/workflows/ci.yml", True, False),  # workspace-relative: zizmor's self-repository audit
+    (".github/workflows/ci.yml", True, False),
+    ("$/github/workflows/ci.yml", True, False),
+    ("$/.github/workflows/ci.yml", False, False),  # a step cannot call a workflow
+    ("actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1", False, True),
+    ("actions/checkout@v4", False, False),  # not pinned
+    ("octo/repo/.github/workflows/x.yml@3d3c42e5aac5ba805825da76410c181273ba90b1", True, True),
+])
+def test_uses_forms(value, job_level, ok):
+    assert (uses_problem(value, job_level) is None) == ok
+
