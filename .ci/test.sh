@@ -46,6 +46,25 @@ find_browser() {
   fi
 }
 
+# The torch pin must resolve to the CPU wheel (2.13.0+cpu); from PyPI alone, pip takes the
+# multi-GB CUDA build. Where pip does not already find the CPU wheel (a local mirror, as on
+# this project's CI machine), add PyTorch's CPU index, as ci.yml does. TORCH_CPU_INDEX_URL
+# names another index; set it empty to never add one.
+torch_cpu_index_args() {
+  if [[ -n "${PIP_EXTRA_INDEX_URL:-}" ]] || "$PY" -c 'import sys, torch; sys.exit(torch.__version__ != "2.13.0+cpu")' 2>/dev/null; then
+    return  # the caller chose the index, or the venv already has the CPU wheel
+  fi
+  local probe found=0
+  probe=$(mktemp -d)
+  "$PY" -m pip download --no-deps --quiet -d "$probe" "torch==2.13.0+cpu" >/dev/null 2>&1 && found=1
+  rm -rf "$probe"
+  local url=${TORCH_CPU_INDEX_URL-https://download.pytorch.org/whl/cpu}
+  if [[ $found == 0 && -n $url ]]; then
+    echo "note: torch 2.13.0+cpu is not on pip's configured indexes; adding $url" >&2
+    echo "--extra-index-url $url"
+  fi
+}
+
 step "environment ($MODE): $VENV"
 if [[ $MODE == gpu ]]; then
   # torch/triton come from the machine (CUDA builds); everything else from the pins.
@@ -57,7 +76,8 @@ if [[ $MODE == gpu ]]; then
 else
   find_browser
   [[ -x "$PY" ]] || "$PYTHON" -m venv "$VENV"
-  "$PY" -m pip install --quiet -r requirements-test.txt
+  # shellcheck disable=SC2046  # the index arguments are words on purpose
+  "$PY" -m pip install --quiet $(torch_cpu_index_args) -r requirements-test.txt
   PYTEST_SELECT=()
 fi
 "$PY" -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, cuda: {torch.cuda.is_available()}")'

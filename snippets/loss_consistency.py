@@ -16,6 +16,7 @@ import torch
 
 
 # --8<-- [start:data]
+import os
 import pathlib
 import sysconfig
 
@@ -23,15 +24,24 @@ EOS = 256  # token between two files; bytes are tokens 0..255
 VOCAB_SIZE = 257
 
 
+def stdlib_py_files(folder: pathlib.Path):
+    """The *.py files under ``folder`` in sorted path order, never entering
+    installed packages (site-packages, dist-packages) or caches."""
+    entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in ("site-packages", "dist-packages", "__pycache__"):
+                yield from stdlib_py_files(pathlib.Path(entry.path))
+        elif entry.name.endswith(".py"):
+            yield pathlib.Path(entry.path)
+
+
 def stdlib_tokens(n_tokens: int | None = None) -> torch.Tensor:
     """Byte tokens of the stdlib's *.py files in sorted path order: the first
     ``n_tokens``, or all."""
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py")
-                   if not {"site-packages", "dist-packages"}
-                   & set(p.relative_to(root).parts))
     texts, total = [], 0
-    for path in files:
+    for path in stdlib_py_files(root):
         texts.append(path.read_bytes())
         total += len(texts[-1]) + 1
         if n_tokens is not None and total >= n_tokens:
