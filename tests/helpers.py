@@ -62,3 +62,18 @@ class MissingProjectionTerm(torch.autograd.Function):
         x, weight, rstd = ctx.saved_tensors
         dw = (dy * x * rstd).reshape(-1, x.shape[-1]).sum(0)
         return weight * dy * rstd, dw, None
+
+
+def cast_order_references(x, w, eps, dy=None):
+    """fp64 references of the two cast orders: HF's (x_hat rounded to x's dtype, then
+    times the weight) and weight-first (no rounding of x_hat). Returns (hf, weight_first)
+    pairs of y in the output dtype and, with dy, dw in fp64 (dW = sum dy * x_hat)."""
+    x64 = x.detach().double()
+    x_hat = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    out_dtype = torch.promote_types(x.dtype, w.dtype)
+    results = []
+    for hat in (x_hat.to(x.dtype).double(), x_hat):
+        y = (w.detach().double() * hat).to(out_dtype)
+        dw = None if dy is None else (dy.detach().double() * hat).reshape(-1, x.shape[-1]).sum(0)
+        results.append((y, dw))
+    return results

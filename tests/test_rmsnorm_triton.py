@@ -11,7 +11,8 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_triton
-from helpers import REL_TOL, fp64_reference, poisoned_allocations, random_inputs, rel_err
+from helpers import (REL_TOL, cast_order_references, fp64_reference, poisoned_allocations, random_inputs,
+                     rel_err)
 from rmsnorm_triton import (
     TritonQwen3RMSNorm,
     TritonQwen3RMSNormFwdOnly,
@@ -153,11 +154,12 @@ def test_strided_qk_norm_views(device, on_gpu):
 
 def test_other_strided_layouts(device):
     gen = torch.Generator().manual_seed(8)
-    big = torch.randn(6, 9, 40, generator=gen, dtype=torch.float64).to(device)
+    big = torch.randn(6, 9, 40, generator=gen, dtype=torch.float64).to(device).requires_grad_()
     for x in (big[:, ::2, :32], big[1:, :, 3:35].permute(1, 0, 2), big.reshape(2, 3, 3, 3, 40)[:, :, 1:, :2]):
         dy = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device)
         w = torch.randn(x.shape[-1], generator=gen, dtype=torch.float64).to(device)
-        y, dx, dw = run_triton(x, w, 1e-6, dy)
+        assert not x.is_contiguous()
+        y, dx, dw = run_on_views(x, w, 1e-6, dy)  # the view itself: clone() would make it dense
         ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
         assert rel_err(y, ref_y) < 1e-12 and rel_err(dx, ref_dx) < 1e-10 and rel_err(dw, ref_dw) < 1e-10
 
@@ -350,16 +352,17 @@ def test_randomized_sweep_against_fp64(chunk):  # pragma: gpu only
     for case, dtype, n_cols, n_rows, eps, layout, heads, scale in cases[chunk::SWEEP_CHUNKS]:
         gen = torch.Generator().manual_seed(case)
         if layout == "rows_strided":
-            base = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)
-            x = base[:, 1]
+            x = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)  # sliced below
         elif layout == "heads_transposed":
             x = torch.randn(2, heads, max(1, n_rows // 8), n_cols, generator=gen, dtype=torch.float64).transpose(1, 2)
         else:
             x = torch.randn(n_rows, n_cols, generator=gen, dtype=torch.float64)
-        x = (x * scale).to(dtype).cuda()
+        x = (x * scale).to(dtype).cuda().requires_grad_()
+        if layout == "rows_strided":  # a view, passed as it is (run_triton's clone() makes it dense)
+            x = x[:, 1]
         w = (torch.randn(n_cols, generator=gen, dtype=torch.float64) + 1).to(dtype).cuda()
         dy = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
-        y, dx, dw = run_triton(x, w, eps, dy)
+        y, dx, dw = run_on_views(x, w, eps, dy)
         ref_y, ref_dx, ref_dw = fp64_reference(x, w, eps, dy)
         # dx = rstd * (w*dy - x_hat * mean(w*dy*x_hat)) cancels when rows are very
         # narrow (width 1: dx ~ eps); measure its error against the size of its terms.
@@ -382,3 +385,236 @@ def test_recomputed_rstd_matches_saved(device):
     torch.testing.assert_close(dw_recomputed, dw_saved, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="rstd"):
         rms_norm_backward(dy, x, w, None)
+
+
+# Strided inputs as the kernels see them. run_triton() clones x, and clone() makes a
+# non-dense view contiguous, so these tests pass the views themselves and check, at
+# rows_layout, what the wrappers really received.
+@pytest.fixture
+def layouts(monkeypatch):
+    """Per rows_layout call: (contiguous?, handed to the kernel uncopied?) for each tensor."""
+    calls = []
+    real = rmsnorm_triton.rows_layout
+
+    def spy(*tensors):
+        result = real(*tensors)
+        calls.append([(t.is_contiguous(), r.data_ptr() == t.data_ptr())
+                      for t, r in zip(tensors, result[0])])
+        return result
+
+    monkeypatch.setattr(rmsnorm_triton, "rows_layout", spy)
+    return calls
+
+
+def run_on_views(x_view, w, eps, dy):
+    """rms_norm on x_view as it is (a view of a leaf); dx is the gradient w.r.t. the view."""
+    w = w.detach().clone().requires_grad_()
+    with poisoned_allocations():
+        y = rms_norm(x_view, w, eps)
+        dx, dw = torch.autograd.grad(y, (x_view, w), dy)
+    return y.detach(), dx, dw
+
+
+@pytest.mark.parametrize("transposed", ["x", "dy"])
+def test_transposed_qk_views_reach_the_kernel_uncopied(transposed, device, layouts):
+    """q/k-norm: a (B, T, H, D) view of a (B, H, T, D) tensor, for x and for dy."""
+    gen = torch.Generator().manual_seed(51)
+    b, heads, t, d = 2, 3, 5, 128
+
+    def heads_first(requires_grad=False):
+        base = torch.randn(b, heads, t, d, generator=gen).to(device).requires_grad_(requires_grad)
+        return base.transpose(1, 2)
+
+    def tokens_first(requires_grad=False):
+        return torch.randn(b, t, heads, d, generator=gen).to(device).requires_grad_(requires_grad)
+
+    x = heads_first(True) if transposed == "x" else tokens_first(True)
+    dy = heads_first() if transposed == "dy" else tokens_first()
+    w = (torch.rand(d, generator=gen) + 0.5).to(device)
+    y, dx, dw = run_on_views(x, w, 1e-6, dy)
+    x_strided, dy_strided = transposed == "x", transposed == "dy"
+    assert layouts == [[(not x_strided, True)],  # forward: x, uncopied
+                       [(not x_strided, True), (not dy_strided, True)]]  # backward: x, dy
+    y_c, dx_c, dw_c = run_triton(x.contiguous(), w, 1e-6, dy.contiguous())
+    assert torch.equal(y, y_c) and torch.equal(dx, dx_c) and torch.equal(dw, dw_c)
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for name, out, ref in (("y", y, ref_y), ("dx", dx, ref_dx), ("dw", dw, ref_dw)):
+        assert rel_err(out, ref) < REL_TOL[torch.float32], name
+
+
+def test_sliced_5d_view_reaches_the_kernel_uncopied(device, layouts):
+    """Four leading dims with steps that fold into three row dims: no copy."""
+    gen = torch.Generator().manual_seed(52)
+
+    def sliced(requires_grad=False):
+        base = torch.randn(2, 3, 4, 6, 40, generator=gen, dtype=torch.float64).to(device)
+        return base.requires_grad_(requires_grad)[:, 1:, ::2, 1:5, 3:35]  # (2, 2, 2, 4, 32)
+
+    x, dy = sliced(True), sliced()
+    w = torch.randn(32, generator=gen, dtype=torch.float64).to(device)
+    y, dx, dw = run_on_views(x, w, 1e-6, dy)
+    assert layouts == [[(False, True)], [(False, True), (False, True)]]
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    errors = {"y": rel_err(y, ref_y), "dx": rel_err(dx, ref_dx), "dw": rel_err(dw, ref_dw)}
+    assert max(errors.values()) < 1e-10, errors
+
+
+def test_last_dim_strided_view_is_copied_and_correct(device, layouts):
+    gen = torch.Generator().manual_seed(53)
+    base = torch.randn(3, 4, 80, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+    x = base[:, :, ::2]  # (3, 4, 40), stride 2 along the row
+    dy = torch.randn(3, 80, 4, generator=gen, dtype=torch.float64).to(device)[:, ::2].transpose(1, 2)
+    w = torch.randn(40, generator=gen, dtype=torch.float64).to(device)
+    y, dx, dw = run_on_views(x, w, 1e-6, dy)
+    assert layouts == [[(False, False)], [(False, False), (False, False)]]  # both copied
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    errors = {"y": rel_err(y, ref_y), "dx": rel_err(dx, ref_dx), "dw": rel_err(dw, ref_dw)}
+    assert max(errors.values()) < 1e-10, errors
+
+
+# HF's cast order: x_hat is rounded to the input dtype *before* the weight multiply,
+# in y and in dW = sum(dy * x_hat). The interpreter truncates fp32 -> bf16, which
+# hides the order in bf16; it rounds fp32 -> fp16 correctly, so fp16 shows it on CPU.
+def cast_order_inputs(dtype, weight_dtype, n_cols, device, seed):
+    x, _, _ = random_inputs((16, n_cols), dtype, device, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    w = (torch.rand(n_cols, generator=gen, dtype=torch.float64) + 0.5).to(weight_dtype or dtype)
+    out_dtype = torch.promote_types(dtype, w.dtype)
+    dy = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(out_dtype)
+    return x, w.to(device), dy.to(device)
+
+
+def test_interpreter_rounds_fp32_to_fp16(device):
+    """What the cast-order tests rely on under the interpreter (see the comment above)."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(54)).to(device) * 3
+    # dw_reduce_kernel with one partial: a tl cast of fp32 values to fp16, stored
+    out = torch.empty(x.shape, dtype=torch.float16, device=device)
+    rmsnorm_triton.dw_reduce_kernel[(x.numel() // 64,)](x.reshape(1, -1), out, 1, x.numel(),
+                                                         BLOCK_PARTIALS=1, BLOCK_COLS=64)
+    assert torch.equal(out, x.half())
+
+
+@pytest.mark.parametrize("n_cols", [256, 300])  # 300: the block + tail path
+@pytest.mark.parametrize("weight_dtype", [None, torch.float32], ids=["same_weight", "fp32_weight"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_forward_rounds_x_hat_before_the_weight(dtype, weight_dtype, n_cols, device, on_gpu):
+    if dtype == torch.bfloat16 and not on_gpu:
+        pytest.skip("the interpreter truncates fp32 -> bf16; fp16 checks the order on CPU")
+    x, w, _ = cast_order_inputs(dtype, weight_dtype, n_cols, device, seed=55)
+    (hf_y, _), (weight_first_y, _) = cast_order_references(x, w, 1e-6)
+    y, _ = rms_norm_forward(x, w, 1e-6)
+    gap, err = rel_err(weight_first_y, hf_y), rel_err(y, hf_y)
+    assert err < gap / 10, f"error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
+    hf = Qwen3RMSNorm(n_cols, eps=1e-6).to(device=device, dtype=w.dtype)
+    with torch.no_grad():
+        hf.weight.copy_(w)
+        assert (y == hf(x)).float().mean().item() > 0.99
+
+
+@pytest.mark.parametrize("n_cols", [256, 300])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_dw_uses_the_rounded_x_hat(dtype, n_cols, device, on_gpu):
+    """fp32 weight: dW comes out in fp32, so the rounding of x_hat is visible in it."""
+    if dtype == torch.bfloat16 and not on_gpu:
+        pytest.skip("the interpreter truncates fp32 -> bf16; fp16 checks the order on CPU")
+    x, w, dy = cast_order_inputs(dtype, torch.float32, n_cols, device, seed=56)
+    (_, hf_dw), (_, weight_first_dw) = cast_order_references(x, w, 1e-6, dy)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    _, dw = rms_norm_backward(dy, x, w, rstd)
+    gap, err = rel_err(weight_first_dw, hf_dw), rel_err(dw, hf_dw)
+    assert err < gap / 10, f"dW error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
+
+
+@pytest.mark.parametrize("cls", [TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("eps", [0.1, 1e-5])
+def test_module_uses_its_own_eps(cls, eps, device):
+    """Rows with mean(x^2) ~ eps: the result depends on eps strongly."""
+    gen = torch.Generator().manual_seed(57)
+    x = (torch.randn(4, 96, generator=gen, dtype=torch.float64) * eps ** 0.5).float().to(device)
+    dy = torch.randn(4, 96, generator=gen).to(device)
+    hf, ours = Qwen3RMSNorm(96, eps=eps), cls(96, eps=eps)
+    with torch.no_grad():
+        hf.weight.uniform_(0.5, 1.5, generator=gen)
+    ours.load_state_dict(hf.state_dict())
+    hf, ours = hf.to(device), ours.to(device)
+    results = []
+    for module in (hf, ours):
+        x_ = x.clone().requires_grad_()
+        y = module(x_)
+        y.backward(dy)
+        results.append((y.detach(), x_.grad, module.weight.grad))
+    for name, theirs, mine in zip(("y", "dx", "dw"), *results):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    with torch.no_grad():  # the inputs are sensitive: eps / 10 moves y by more than 10%
+        assert rel_err(rms_norm(x, ours.weight, eps / 10), results[0][0]) > 0.1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_saved_rstd_is_fp32_or_fp64(dtype, device):
+    """rstd is kept in the compute dtype: rounding it to bf16 would cost dX accuracy."""
+    x, w, _ = random_inputs((5, 3, 64), dtype, device, seed=58)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    assert rstd.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    x64 = x.double().reshape(-1, 64)
+    expected = torch.rsqrt(x64.pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(rstd.double(), expected, rtol=1e-12 if dtype == torch.float64 else 1e-6, atol=0)
+
+
+def test_dw_follows_the_weight_needs_grad(device, monkeypatch):
+    """dW is computed iff the weight needs a gradient, whatever x needs."""
+    compute_dw_calls = []
+    real = rmsnorm_triton.rms_norm_backward
+
+    def spy(*args, **kwargs):
+        compute_dw_calls.append(kwargs["compute_dw"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_backward", spy)
+    x, w, dy = random_inputs((6, 64), torch.float32, device, seed=59)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    # a frozen input, a trained weight (e.g. the first norm after a frozen embedding)
+    w_ = w.clone().requires_grad_()
+    rms_norm(x, w_, 1e-6).backward(dy)
+    assert compute_dw_calls == [True] and w_.grad is not None
+    assert rel_err(w_.grad, ref_dw) < REL_TOL[torch.float32]
+    # a frozen weight: no dW partials, no reduction
+    x_ = x.clone().requires_grad_()
+    rms_norm(x_, w, 1e-6).backward(dy)
+    assert compute_dw_calls == [True, False] and w.grad is None
+    assert rel_err(x_.grad, ref_dx) < REL_TOL[torch.float32]
+
+
+def check_rows_of_a_large_input(n_rows, n_cols, device, n_checked=64):
+    """bf16 forward + backward on (n_rows, n_cols); checks y, rstd and dx of the first and
+    the last n_checked rows against fp64 (unwritten outputs stay NaN and fail)."""
+    gen = torch.Generator(device=device).manual_seed(60)
+    x = torch.randn(n_rows, n_cols, generator=gen, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(n_rows, n_cols, generator=gen, device=device, dtype=torch.bfloat16)
+    w = (torch.rand(n_cols, generator=gen, device=device) + 0.5).to(torch.bfloat16)
+    with poisoned_allocations():
+        y, rstd = rms_norm_forward(x, w, 1e-6)
+        dx, _ = rms_norm_backward(dy, x, w, rstd, compute_dw=False)
+    for rows in (slice(0, n_checked), slice(n_rows - n_checked, n_rows)):
+        ref_y, ref_dx, _ = fp64_reference(x[rows], w, 1e-6, dy[rows])
+        x64 = x[rows].double()
+        expected_rstd = torch.rsqrt(x64.pow(2).mean(-1) + 1e-6)
+        assert rel_err(rstd[rows], expected_rstd) < 1e-6, rows
+        assert rel_err(y[rows], ref_y) < REL_TOL[torch.bfloat16], rows
+        assert rel_err(dx[rows], ref_dx) < REL_TOL[torch.bfloat16], rows
+
+
+def test_large_input_row_check_on_a_small_input(device):
+    """The checker of the GPU-only 2^31 test, on a small input (so a CPU run exercises it)."""
+    check_rows_of_a_large_input(80, 64, device, n_checked=8)
+
+
+@pytest.mark.gpu
+def test_more_than_2_pow_31_elements():  # pragma: gpu only, ~16 GiB of GPU memory
+    """Output offsets need 64-bit math: y and dx of rows past element 2^31 land where they belong."""
+    n_cols = 4096
+    n_rows = 2**31 // n_cols + 64  # the last 64 rows start past element 2^31
+    assert n_rows * n_cols > 2**31
+    try:
+        check_rows_of_a_large_input(n_rows, n_cols, "cuda")
+    finally:
+        torch.cuda.empty_cache()
