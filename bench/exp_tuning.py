@@ -6,10 +6,11 @@ For a few row widths it times the production forward kernel over a grid of
 (BLOCK_ROWS, num_warps), the backward over (BLOCK_ROWS, num_warps, programs
 per SM), records what ``triton.autotune`` picks for the forward from the same
 candidates, and what the shipped heuristics ``forward_config`` / ``backward_config`` choose.
+The candidates are ``rmsnorm_triton.candidate_configs``; each is passed to the wrappers as
+``config=``.
 """
 from __future__ import annotations
 
-import contextlib
 import re
 
 from bench import common, prose
@@ -18,22 +19,6 @@ NAME = "tuning"
 WIDTHS = [(16384 * 32, 128), (16384, 1024), (16384, 2048), (16384, 2560), (16384, 4096), (16384, 5120)]
 QUICK_WIDTHS = [(64, 128), (16, 256)]
 EPS = 1e-6
-
-
-@contextlib.contextmanager
-def forced_config(block_rows, num_warps, programs_per_sm=1):
-    """Temporarily replace the shipped launch heuristics in rmsnorm_triton."""
-
-    import rmsnorm_triton
-
-    original = rmsnorm_triton.forward_config, rmsnorm_triton.backward_config
-    rmsnorm_triton.forward_config = lambda n: (block_rows, rmsnorm_triton.column_blocks(n)[0], num_warps)
-    rmsnorm_triton.backward_config = lambda n: (block_rows, rmsnorm_triton.column_blocks(n)[0], num_warps,
-                                                programs_per_sm)
-    try:
-        yield
-    finally:
-        rmsnorm_triton.forward_config, rmsnorm_triton.backward_config = original
 
 
 def _time(fn, quick):
@@ -46,40 +31,25 @@ def _time(fn, quick):
     return common.cuda_graph_time_us([fn], min_calls=10, replays=10)["median_us"]
 
 
-def _candidates(block_cols, max_tile, quick):
-    rows = [r for r in (1, 2, 4, 8, 16, 32, 64) if block_cols * r <= max_tile]
-    warps = [4] if quick else [2, 4, 8, 16]
-    return [(r, w) for r in (rows[:2] if quick else rows) for w in warps]
+def _configs(width, direction, quick):
+    """rmsnorm_triton's candidate configs; a --quick run keeps two tile heights, 4 warps, 2 programs per SM."""
+    from rmsnorm_triton import candidate_configs
+
+    configs = candidate_configs(width, direction)
+    if quick:
+        configs = [c for c in configs if c.block_rows <= 2 and c.num_warps == 4
+                   and (direction == "forward" or c.programs_per_sm == 2)]
+    return configs
 
 
-def _autotune_pick(x, w, candidates, quick):
-    import torch
-    import triton
-
-    import rmsnorm_triton
-
-    tuned = triton.autotune(
-        configs=[triton.Config({"BLOCK_ROWS": r}, num_warps=nw) for r, nw in candidates],
-        key=["n_cols"],
-    )(rmsnorm_triton.rms_norm_fwd_kernel)
-    n_rows, n_cols = x.shape
-    y = torch.empty_like(x)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
-    tuned[lambda meta: (triton.cdiv(n_rows, meta["BLOCK_ROWS"]),)](
-        x, w, y, rstd, n_rows, n_cols, EPS, 0.0, 1, n_rows, 0, 0, n_cols,
-        BLOCK_COLS=block_cols, TAIL_COLS=tail_cols, COMPUTE_DTYPE=rmsnorm_triton.tl.float32,
-    )
-    best = tuned.best_config
-    return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}
+def _fields(config, names):
+    return {name: getattr(config, name) for name in names}
 
 
 def run(args) -> dict:
     import torch
-    import triton
 
-    import rmsnorm_triton
-    from rmsnorm_triton import rms_norm_backward, rms_norm_forward
+    from rmsnorm_triton import backward_config, forward_config, rms_norm_backward, rms_norm_forward
 
     quick = getattr(args, "quick", False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -90,33 +60,33 @@ def run(args) -> dict:
         x = torch.randn(rows, width, device=device, generator=gen).to(torch.bfloat16)
         dy = torch.randn(rows, width, device=device, generator=gen).to(torch.bfloat16)
         w = (torch.rand(width, device=device, generator=gen) + 0.5).to(torch.bfloat16)
-        block_cols = triton.next_power_of_2(width)
         _, rstd = rms_norm_forward(x, w, EPS)
         entry = {"rows": rows, "width": width, "fwd_bytes": 4 * rows * width, "bwd_bytes": 6 * rows * width,
-                 "heuristic": dict(zip(("block_rows", "block_cols", "num_warps"), rmsnorm_triton.forward_config(width))),
-                 "heuristic_bwd": dict(zip(("block_rows", "block_cols", "num_warps", "programs_per_sm"),
-                                           rmsnorm_triton.backward_config(width))),
+                 "heuristic": _fields(forward_config(width), ("block_rows", "block_cols", "num_warps")),
+                 "heuristic_bwd": _fields(backward_config(width),
+                                          ("block_rows", "block_cols", "num_warps", "programs_per_sm")),
                  "fwd": [], "bwd": []}
         entry["heuristic_fwd_us"] = _time(lambda: rms_norm_forward(x, w, EPS), quick)
         entry["heuristic_bwd_us"] = _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)
-        fwd_candidates = _candidates(block_cols, 16384, quick)
-        for block_rows, num_warps in fwd_candidates:
-            with forced_config(block_rows, num_warps):
-                entry["fwd"].append({"block_rows": block_rows, "num_warps": num_warps,
-                                     "us": _time(lambda: rms_norm_forward(x, w, EPS), quick)})
-        for block_rows, num_warps in _candidates(block_cols, 8192, quick):
-            if num_warps < 4:
-                continue
-            for programs_per_sm in ([2] if quick else [1, 2, 4, 8]):
-                with forced_config(block_rows, num_warps, programs_per_sm):
-                    entry["bwd"].append({"block_rows": block_rows, "num_warps": num_warps,
-                                         "programs_per_sm": programs_per_sm,
-                                         "us": _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)})
-        entry["autotune_fwd_pick"] = None if quick else _autotune_pick(x, w, fwd_candidates, quick)
+        for config in _configs(width, "forward", quick):
+            entry["fwd"].append({**_fields(config, ("block_rows", "num_warps")),
+                                 "us": _time(lambda: rms_norm_forward(x, w, EPS, config=config), quick)})
+        for config in _configs(width, "backward", quick):
+            entry["bwd"].append({**_fields(config, ("block_rows", "num_warps", "programs_per_sm")),
+                                 "us": _time(lambda: rms_norm_backward(dy, x, w, rstd, config=config), quick)})
+        entry["autotune_fwd_pick"] = None if quick else _autotune_pick(x, w)
         results.append(entry)
     config = {"dtype": "bfloat16", "widths": [list(wd) for wd in (QUICK_WIDTHS if quick else WIDTHS)],
               "timer": "median GPU time per call from CUDA-graph replays (10 calls per graph, 10 replays)"}
     return {"config": config, "results": results}
+
+
+def _autotune_pick(x, w):
+    """What triton.autotune (snippets/rmsnorm_autotune.py) picks from the same forward candidates."""
+    from rmsnorm_autotune import rms_norm_forward_autotuned
+
+    _, best = rms_norm_forward_autotuned(x, w, EPS)
+    return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}
 
 
 # ---------------------------------------------------------------- rendering

@@ -15,6 +15,7 @@ promotion of (input, weight), as HF's does.
 
 Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
+import dataclasses
 import functools
 import os
 import struct
@@ -256,8 +257,23 @@ def column_blocks(n_cols: int) -> tuple[int, int]:
 # --8<-- [end:column_blocks]
 
 
-def forward_config(n_cols: int) -> tuple[int, int, int]:
-    """Forward (BLOCK_ROWS, BLOCK_COLS, num_warps), from the H200 sweep (篇2 §七).
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """How a kernel is launched for rows of one width (one type for both directions)."""
+
+    block_rows: int  # BLOCK_ROWS: rows per tile
+    block_cols: int  # BLOCK_COLS and TAIL_COLS: the split that column_blocks gives
+    tail_cols: int
+    num_warps: int
+    programs_per_sm: int = 1  # backward only: resident programs of the persistent grid
+
+    def constexprs(self) -> dict[str, int]:
+        return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols,
+                "TAIL_COLS": self.tail_cols}
+
+
+def forward_config(n_cols: int) -> LaunchConfig:
+    """The forward's launch config, from the H200 sweep (篇2 §七).
 
     Narrow rows: several rows per program, a tile of 2048 elements, 4 warps
     (16 rows of 128 for q_norm/k_norm). Rows of 2048 to 5120: one row per program
@@ -266,30 +282,49 @@ def forward_config(n_cols: int) -> tuple[int, int, int]:
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes < 2048:
-        return 2048 // block_cols, block_cols, 4
-    return 1, block_cols, 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
+        block_rows, num_warps = 2048 // block_cols, 4
+    else:
+        block_rows, num_warps = 1, 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
+    return LaunchConfig(block_rows, block_cols, tail_cols, num_warps)
 
 
-def backward_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_ROWS, BLOCK_COLS, num_warps, programs per SM) of the backward (篇2 §七).
+def backward_config(n_cols: int) -> LaunchConfig:
+    """The backward's launch config, from the H200 sweep (篇2 §七).
 
-    From the H200 sweep. Narrow rows are latency-bound: small tiles and many resident
-    programs per SM keep more loads in flight. Power-of-two rows of 4096+ want one
-    row per program and 8 warps; two-block rows (2560, 5120) a tile of about 5000
-    elements on 4 warps, 2 programs per SM. Rows past 8192 need 32 warps to hold x,
-    dy and the dW accumulator in registers.
+    Narrow rows are latency-bound: small tiles and many resident programs per SM keep
+    more loads in flight. Power-of-two rows of 4096+ want one row per program and
+    8 warps; two-block rows (2560, 5120) a tile of about 5000 elements on 4 warps,
+    2 programs per SM. Rows past 8192 need 32 warps to hold x, dy and the dW
+    accumulator in registers.
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
-        return 1024 // block_cols, block_cols, 4, 8
-    if lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
-        return max(1, 2048 // block_cols), block_cols, 4, 4
-    if lanes > 8192:
-        return 1, block_cols, 32, 1
-    if tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
-        return max(1, 4096 // block_cols), block_cols, 4 if lanes <= 5120 else 8, 2
-    return 1, block_cols, 8, 2 if lanes <= 4096 else 1
+        rows, warps, per_sm = 1024 // block_cols, 4, 8
+    elif lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
+        rows, warps, per_sm = max(1, 2048 // block_cols), 4, 4
+    elif lanes > 8192:
+        rows, warps, per_sm = 1, 32, 1
+    elif tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
+        rows, warps, per_sm = max(1, 4096 // block_cols), 4 if lanes <= 5120 else 8, 2
+    else:
+        rows, warps, per_sm = 1, 8, 2 if lanes <= 4096 else 1
+    return LaunchConfig(rows, block_cols, tail_cols, warps, per_sm)
+
+
+def candidate_configs(n_cols: int, direction: str) -> list[LaunchConfig]:
+    """The configs the H200 sweep times for rows of n_cols (篇2 §七), in sweep order.
+
+    Tiles of BLOCK_ROWS x (BLOCK_COLS + TAIL_COLS) stay register-sized: up to 16384
+    values in the forward, 8192 in the backward (x, dy and the dW accumulator).
+    """
+    block_cols, tail_cols = column_blocks(n_cols)
+    max_tile, warps, per_sm = {"forward": (16384, (2, 4, 8, 16), (1,)),
+                               "backward": (8192, (4, 8, 16), (1, 2, 4, 8))}[direction]
+    rows = [r for r in (1, 2, 4, 8, 16, 32, 64)
+            if r == 1 or r * (block_cols + tail_cols) <= max_tile]
+    return [LaunchConfig(r, block_cols, tail_cols, w, p)
+            for r in rows for w in warps for p in per_sm]
 
 
 @functools.lru_cache(maxsize=None)
@@ -331,6 +366,30 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
                              f"{mode}: expected a {expected} tensor")
     if x.device != weight.device:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
+
+
+def check_config(config: LaunchConfig, n_cols: int) -> None:
+    """Reject a launch config that the kernels cannot run on rows of n_cols."""
+    if not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}")
+    split = column_blocks(n_cols)
+    if (config.block_cols, config.tail_cols) != split:
+        raise ValueError(f"config has (block_cols, tail_cols) = "
+                         f"{(config.block_cols, config.tail_cols)}; rows of {n_cols} "
+                         f"need column_blocks' power-of-two split {split}")
+
+    def power_of_two(value):
+        return isinstance(value, int) and value >= 1 and value & (value - 1) == 0
+
+    if not power_of_two(config.block_rows):
+        raise ValueError(
+            f"config.block_rows must be a power of two, got {config.block_rows!r}")
+    if not (power_of_two(config.num_warps) and config.num_warps <= 32):
+        raise ValueError(f"config.num_warps must be 1, 2, 4, 8, 16 or 32, "
+                         f"got {config.num_warps!r}")
+    if not (isinstance(config.programs_per_sm, int) and config.programs_per_sm >= 1):
+        raise ValueError("config.programs_per_sm must be a positive int, "
+                         f"got {config.programs_per_sm!r}")
 
 
 def split_eps(eps: float, compute) -> tuple[float, float]:
@@ -381,8 +440,10 @@ def rows_layout(*tensors):
 
 
 # --8<-- [start:fwd_wrapper]
-def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
-    """Returns (y, rstd). y is contiguous with x's shape; rstd has one value per row."""
+def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float):
+    """Checks the inputs and allocates y and rstd. Returns (y, rstd, args): args are
+    the forward kernel's arguments by name, all but the launch config (None when
+    there are no elements to normalize)."""
     check_inputs(x, weight, eps)
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
@@ -393,27 +454,43 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
                        dtype=torch.float64 if compute == tl.float64 else torch.float32,
                        device=x.device)
     if y.numel() == 0:
-        return y, rstd
+        return y, rstd, None
     (x,), (size1, size2), (x_strides,) = rows_layout(x)
-    block_rows, block_cols, num_warps = forward_config(n_cols)
-    rms_norm_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
-        x, weight, y, rstd, n_rows, n_cols, *split_eps(eps, compute),
-        size1, size2, *x_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
-        TAIL_COLS=column_blocks(n_cols)[1],
-        COMPUTE_DTYPE=compute, num_warps=num_warps,
-    )
+    eps, eps_low = split_eps(eps, compute)
+    return y, rstd, dict(
+        X=x, W=weight, Y=y, RSTD=rstd, n_rows=n_rows, n_cols=n_cols,
+        eps=eps, eps_low=eps_low, size1=size1, size2=size2,
+        x_stride0=x_strides[0], x_stride1=x_strides[1], x_stride2=x_strides[2],
+        COMPUTE_DTYPE=compute)
+
+
+def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                     config: LaunchConfig | None = None):
+    """Returns (y, rstd). y is contiguous with x's shape; rstd has one value per row.
+
+    ``config`` overrides the launch config; None takes ``forward_config``'s.
+    """
+    y, rstd, args = forward_arguments(x, weight, eps)
+    if args is None:
+        return y, rstd
+    if config is None:
+        config = forward_config(args["n_cols"])
+    else:
+        check_config(config, args["n_cols"])
+    rms_norm_fwd_kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
+        **args, **config.constexprs(), num_warps=config.num_warps)
     return y, rstd
 # --8<-- [end:fwd_wrapper]
 
 
 # --8<-- [start:bwd_wrapper]
 def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
-                      eps: float | None = None):
+                      eps: float | None = None, config: LaunchConfig | None = None):
     """Returns (dx, dw); dw is None when compute_dw is False. dy is never written.
 
     ``rstd`` is what rms_norm_forward saved; pass ``rstd=None`` and ``eps`` to
-    recompute it.
+    recompute it. ``config`` overrides the launch config; None takes
+    ``backward_config``'s.
     """
     if dy.shape != x.shape:
         raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match "
@@ -427,10 +504,13 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     if dx.numel() == 0:  # no rows: dW is a sum over nothing
         return dx, torch.zeros_like(weight) if compute_dw else None
     dw = torch.empty_like(weight) if compute_dw else None
+    if config is None:
+        config = backward_config(n_cols)
+    else:
+        check_config(config, n_cols)
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
-    block_rows, block_cols, num_warps, programs_per_sm = backward_config(n_cols)
-    n_tiles = triton.cdiv(n_rows, block_rows)
-    n_programs = max(1, min(n_tiles, sm_count(x.device) * programs_per_sm))
+    n_tiles = triton.cdiv(n_rows, config.block_rows)
+    n_programs = max(1, min(n_tiles, sm_count(x.device) * config.programs_per_sm))
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = (torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device)
                   if compute_dw else dx)
@@ -438,15 +518,13 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
         n_rows, n_cols, *split_eps(eps or 0.0, compute),
         triton.cdiv(n_tiles, n_programs),
-        size1, size2, *x_strides, *dy_strides,
-        BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
-        TAIL_COLS=column_blocks(n_cols)[1],
+        size1, size2, *x_strides, *dy_strides, **config.constexprs(),
         COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
-        RECOMPUTE_RSTD=rstd is None, num_warps=num_warps,
+        RECOMPUTE_RSTD=rstd is None, num_warps=config.num_warps,
     )
     if compute_dw:
         block_partials = triton.next_power_of_2(n_programs)
-        reduce_cols = max(1, min(block_cols, 8192 // block_partials))
+        reduce_cols = max(1, min(config.block_cols, 8192 // block_partials))
         dw_reduce_kernel[(triton.cdiv(n_cols, reduce_cols),)](
             dw_partial, dw, n_programs, n_cols,
             BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,

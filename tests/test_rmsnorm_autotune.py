@@ -8,57 +8,55 @@ import triton
 import rmsnorm_autotune
 
 
-@pytest.mark.parametrize("block_cols", [128, 1024, 4096, 8192, 16384])
-def test_pruning_keeps_register_sized_tiles(block_cols):
-    kept = rmsnorm_autotune.keep_small_tiles(rmsnorm_autotune.candidate_configs(), {}, BLOCK_COLS=block_cols)
-    assert kept, "pruning must leave at least one config"
-    assert all(c.kwargs["BLOCK_ROWS"] * block_cols <= rmsnorm_autotune.MAX_TILE for c in kept)
-    dropped = len(rmsnorm_autotune.candidate_configs()) - len(kept)
-    assert dropped == sum(1 for c in rmsnorm_autotune.candidate_configs()
-                          if c.kwargs["BLOCK_ROWS"] * block_cols > rmsnorm_autotune.MAX_TILE)
+@pytest.mark.parametrize("n_cols", [128, 1024, 2560, 4096, 5120, 12288])
+def test_autotune_candidates_are_the_sweep_candidates(n_cols):
+    """The autotuner's triton.Configs are rmsnorm_triton.candidate_configs, launch config for launch config."""
+    from rmsnorm_triton import candidate_configs
+
+    kernel = rmsnorm_autotune.autotuned_fwd_kernel(n_cols)
+    assert isinstance(kernel, triton.runtime.Autotuner)
+    assert [(c.kwargs, c.num_warps) for c in kernel.configs] == [
+        (c.constexprs(), c.num_warps) for c in candidate_configs(n_cols, "forward")]
 
 
-class FirstSurvivingConfig:
-    """Stands in for the autotuner on CPU (the interpreter cannot time): prune, then launch the first config."""
+@pytest.fixture
+def one_candidate(monkeypatch):
+    """A one-config autotuner launches without timing, so it runs under the interpreter too."""
+    from rmsnorm_triton import candidate_configs
 
-    def __init__(self, kernel):
-        self.kernel, self.best_config = kernel, None
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            config = rmsnorm_autotune.keep_small_tiles(rmsnorm_autotune.candidate_configs(), {}, **kwargs)[-1]
-            meta = {**kwargs, **config.kwargs}
-            self.kernel[grid(meta)](*args, **kwargs, **config.kwargs, num_warps=config.num_warps)
-            self.best_config = config
-        return launch
+    rmsnorm_autotune.autotuned_fwd_kernel.cache_clear()
+    monkeypatch.setattr(rmsnorm_autotune, "candidate_configs",
+                        lambda n_cols, direction: candidate_configs(n_cols, direction)[-1:])
+    yield
+    rmsnorm_autotune.autotuned_fwd_kernel.cache_clear()
 
 
-def test_autotuned_wrapper_passes_the_kernel_arguments_right(device, monkeypatch):
-    """The wrapper's launch (argument order, eps split, strides, grid from meta) against the shipped forward."""
-    from rmsnorm_triton import rms_norm_forward, rms_norm_fwd_kernel
+def test_autotuned_wrapper_passes_the_kernel_arguments_right(device, one_candidate):
+    """The wrapper's launch (arguments by name, grid from meta) against the shipped forward."""
+    from rmsnorm_triton import candidate_configs, rms_norm_forward
 
-    assert isinstance(rmsnorm_autotune.autotuned_fwd_kernel(), triton.runtime.Autotuner)
-    monkeypatch.setattr(rmsnorm_autotune, "autotuned_fwd_kernel", lambda: FirstSurvivingConfig(rms_norm_fwd_kernel))
-    for shape, dtype in [((40, 256), torch.bfloat16), ((2, 3, 5, 128), torch.float32), ((7, 96), torch.float64)]:
+    for shape, dtype in [((40, 256), torch.bfloat16), ((2, 3, 5, 128), torch.float32), ((7, 96), torch.float64),
+                         ((3, 2560), torch.bfloat16)]:
         x = torch.randn(shape, device=device, dtype=dtype)
         if len(shape) == 4:
             x = x.transpose(1, 2)  # a strided q_norm-like view
         weight = torch.rand(shape[-1], device=device, dtype=dtype) + 0.5
         y, best = rmsnorm_autotune.rms_norm_forward_autotuned(x, weight)
-        assert best.kwargs["BLOCK_ROWS"] * triton.next_power_of_2(shape[-1]) <= rmsnorm_autotune.MAX_TILE
-        torch.testing.assert_close(y, rms_norm_forward(x, weight)[0])
+        (expected,) = candidate_configs(shape[-1], "forward")[-1:]
+        assert best.kwargs == expected.constexprs() and best.num_warps == expected.num_warps
+        torch.testing.assert_close(y, rms_norm_forward(x, weight, config=expected)[0], rtol=0, atol=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, width", [(4096, 4096), (16384, 128), (1000, 2560)])
 def test_autotuned_forward_matches_shipped(rows, width):  # pragma: gpu only
-    from rmsnorm_triton import rms_norm_forward
+    from rmsnorm_triton import candidate_configs, rms_norm_forward
 
     x = torch.randn(rows, width, device="cuda", dtype=torch.bfloat16)
     weight = torch.rand(width, device="cuda", dtype=torch.bfloat16) + 0.5
     y, best = rmsnorm_autotune.rms_norm_forward_autotuned(x, weight)
     assert isinstance(best, triton.Config)
-    assert best.kwargs["BLOCK_ROWS"] * triton.next_power_of_2(width) <= rmsnorm_autotune.MAX_TILE
+    assert best.kwargs in [c.constexprs() for c in candidate_configs(width, "forward")]
     torch.testing.assert_close(y, rms_norm_forward(x, weight)[0])  # reduction order may differ
 
 

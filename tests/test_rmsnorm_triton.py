@@ -298,15 +298,122 @@ def test_launch_configs_cover_qwen3_widths():
             assert block_cols + tail_cols <= 0.75 * (2 * block_cols)
         else:
             assert block_cols == 1 << (n_cols - 1).bit_length() if n_cols > 1 else block_cols == 1
-        block_rows, fwd_cols, num_warps = rmsnorm_triton.forward_config(n_cols)
-        assert fwd_cols == block_cols and block_rows >= 1 and num_warps in (1, 2, 4, 8, 16, 32)
-        block_rows, bwd_cols, num_warps, programs_per_sm = rmsnorm_triton.backward_config(n_cols)
-        assert bwd_cols == block_cols and block_rows >= 1 and programs_per_sm >= 1
+        fwd, bwd = rmsnorm_triton.forward_config(n_cols), rmsnorm_triton.backward_config(n_cols)
+        for config in (fwd, bwd):
+            assert isinstance(config, rmsnorm_triton.LaunchConfig)
+            assert (config.block_cols, config.tail_cols) == (block_cols, tail_cols), n_cols
+            assert config.block_rows >= 1 and config.num_warps in (1, 2, 4, 8, 16, 32)
+            rmsnorm_triton.check_config(config, n_cols)  # the heuristics pass their own check
+        assert bwd.programs_per_sm >= 1
     assert rmsnorm_triton.column_blocks(2560) == (2048, 512)  # Qwen3-4B
     assert rmsnorm_triton.column_blocks(5120) == (4096, 1024)  # Qwen3-14B / 32B
     assert rmsnorm_triton.column_blocks(4096) == (4096, 0) and rmsnorm_triton.column_blocks(128) == (128, 0)
-    assert rmsnorm_triton.forward_config(128)[0] > 1  # narrow rows: many per program
-    assert rmsnorm_triton.backward_config(128)[0] > 1
+    assert rmsnorm_triton.forward_config(128).block_rows > 1  # narrow rows: many per program
+    assert rmsnorm_triton.backward_config(128).block_rows > 1
+
+
+SHIPPED = {  # width: forward (rows, warps), backward (rows, warps, programs per SM), as in 篇2 §七
+    128: ((16, 4), (8, 4, 8)), 1024: ((2, 4), (2, 4, 4)), 2048: ((1, 2), (1, 4, 4)),
+    2560: ((1, 2), (2, 4, 2)), 4096: ((1, 2), (1, 8, 2)), 5120: ((1, 2), (1, 4, 2)),
+    12288: ((1, 8), (1, 32, 1)),
+}
+
+
+@pytest.mark.parametrize("width", sorted(SHIPPED))
+def test_shipped_configs_of_qwen3_widths(width):
+    fwd, bwd = rmsnorm_triton.forward_config(width), rmsnorm_triton.backward_config(width)
+    assert ((fwd.block_rows, fwd.num_warps), (bwd.block_rows, bwd.num_warps, bwd.programs_per_sm)) == SHIPPED[width]
+
+
+def test_candidate_configs_are_the_published_sweep():
+    """candidate_configs lists, in order, what the H200 sweep behind 篇2 §七 timed; the shipped configs are among them."""
+    import json
+    import pathlib
+
+    data = json.loads((pathlib.Path(__file__).parents[1] / "docs/data/h200/tuning.json").read_text())
+    for entry in data["results"]:
+        width = entry["width"]
+        fwd = rmsnorm_triton.candidate_configs(width, "forward")
+        bwd = rmsnorm_triton.candidate_configs(width, "backward")
+        assert [(c.block_rows, c.num_warps) for c in fwd] == [(e["block_rows"], e["num_warps"]) for e in entry["fwd"]]
+        assert [(c.block_rows, c.num_warps, c.programs_per_sm) for c in bwd] == [
+            (e["block_rows"], e["num_warps"], e["programs_per_sm"]) for e in entry["bwd"]]
+        assert rmsnorm_triton.forward_config(width) in fwd
+        assert rmsnorm_triton.backward_config(width) in bwd
+    assert {(c.block_rows, c.num_warps) for c in rmsnorm_triton.candidate_configs(128, "forward")} == {
+        (r, w) for r in (1, 2, 4, 8, 16, 32, 64) for w in (2, 4, 8, 16)}
+    for n_cols in list(range(1, 300)) + [2560, 5120, 8192, 12288, 16384]:
+        for direction, max_tile in (("forward", 16384), ("backward", 8192)):
+            configs = rmsnorm_triton.candidate_configs(n_cols, direction)
+            assert configs and len(set(configs)) == len(configs), (n_cols, direction)
+            for c in configs:
+                rmsnorm_triton.check_config(c, n_cols)
+                assert c.block_rows == 1 or c.block_rows * (c.block_cols + c.tail_cols) <= max_tile
+                assert direction == "backward" or c.programs_per_sm == 1
+
+
+class LaunchSpy:
+    """Wraps a kernel; records each launch's grid and keyword arguments."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@pytest.mark.parametrize("width", [128, 300, 2560])
+def test_passed_config_changes_the_launch_not_the_numbers(width, device, monkeypatch):
+    from dataclasses import replace
+
+    x, w, dy = random_inputs((2, 9, width), torch.bfloat16, device, seed=width)
+    y, rstd = rms_norm_forward(x, w, 1e-6)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    fwd_spy = LaunchSpy(rmsnorm_triton.rms_norm_fwd_kernel)
+    bwd_spy = LaunchSpy(rmsnorm_triton.rms_norm_bwd_kernel)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_fwd_kernel", fwd_spy)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_bwd_kernel", bwd_spy)
+    fwd = replace(rmsnorm_triton.forward_config(width), block_rows=1, num_warps=1)
+    bwd = replace(rmsnorm_triton.backward_config(width), block_rows=2, num_warps=2, programs_per_sm=3)
+    assert fwd != rmsnorm_triton.forward_config(width) and bwd != rmsnorm_triton.backward_config(width)
+    y2, rstd2 = rms_norm_forward(x, w, 1e-6, config=fwd)
+    dx2, dw2 = rms_norm_backward(dy, x, w, rstd, config=bwd)
+    (grid, kwargs), = fwd_spy.launches
+    assert grid == (18,) and kwargs["BLOCK_ROWS"] == 1 and kwargs["num_warps"] == 1
+    (grid, kwargs), = bwd_spy.launches
+    n_programs = min(9, rmsnorm_triton.sm_count(x.device) * 3)  # 9 tiles of 2 rows
+    assert grid == (n_programs,) and kwargs["BLOCK_ROWS"] == 2 and kwargs["num_warps"] == 2
+    # Rows are independent: y, rstd and dx are the same bits; dW sums partials over another grid.
+    assert torch.equal(y2, y) and torch.equal(rstd2, rstd) and torch.equal(dx2, dx)
+    torch.testing.assert_close(dw2, dw)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(block_cols=1000, tail_cols=0), ValueError, "power-of-two split"),  # not a power of two
+    (dict(block_cols=1024, tail_cols=0), ValueError, "column_blocks"),  # drops columns
+    (dict(block_cols=4096, tail_cols=0), ValueError, r"\(2048, 512\)"),  # not column_blocks' split
+    (dict(tail_cols=256), ValueError, "column_blocks"),
+    (dict(block_rows=3), ValueError, "block_rows must be a power of two"),
+    (dict(block_rows=0), ValueError, "block_rows must be a power of two"),
+    (dict(num_warps=64), ValueError, "num_warps must be 1, 2, 4, 8, 16 or 32"),
+    (dict(num_warps=6), ValueError, "num_warps"),
+    (dict(programs_per_sm=0), ValueError, "programs_per_sm must be a positive int"),
+    (None, TypeError, "config must be a LaunchConfig"),
+])
+def test_invalid_configs_are_rejected(change, error, message, device):
+    from dataclasses import astuple, replace
+
+    x, w, dy = random_inputs((3, 2560), torch.bfloat16, device, seed=1)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    for direction, call in (("forward", lambda c: rms_norm_forward(x, w, 1e-6, config=c)),
+                            ("backward", lambda c: rms_norm_backward(dy, x, w, rstd, config=c))):
+        shipped = getattr(rmsnorm_triton, f"{direction}_config")(2560)
+        config = astuple(shipped) if change is None else replace(shipped, **change)
+        with pytest.raises(error, match=message):
+            call(config)
 
 
 def test_fp64_eps_is_exact(device):

@@ -1,0 +1,46 @@
+"""The tuning sweep of bench/exp_tuning.py (篇2 §七), as a --quick CPU run.
+
+The sweep passes each candidate to the shipped wrappers as ``config=``: it
+patches nothing in rmsnorm_triton, and its candidates are candidate_configs'.
+"""
+import argparse
+
+import rmsnorm_triton
+from bench import exp_tuning
+
+
+def test_quick_sweep_passes_configs_and_patches_nothing(monkeypatch):
+    calls = {"forward": [], "backward": []}
+
+    def spy(direction, wrapper):
+        def call(*args, config=None, **kwargs):
+            calls[direction].append(config)
+            return wrapper(*args, config=config, **kwargs)
+        return call
+
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_forward", spy("forward", rmsnorm_triton.rms_norm_forward))
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_backward", spy("backward", rmsnorm_triton.rms_norm_backward))
+    before = dict(vars(rmsnorm_triton))
+    data = exp_tuning.run(argparse.Namespace(quick=True))
+    after = vars(rmsnorm_triton)  # (the interpreter may add triton names to a kernel's module)
+    assert [name for name, value in before.items() if after.get(name) is not value] == []
+
+    expected = {"forward": [], "backward": []}
+    for (rows, width), entry in zip(exp_tuning.QUICK_WIDTHS, data["results"]):
+        fwd = [c for c in rmsnorm_triton.candidate_configs(width, "forward")
+               if c.block_rows <= 2 and c.num_warps == 4]
+        bwd = [c for c in rmsnorm_triton.candidate_configs(width, "backward")
+               if c.block_rows <= 2 and c.num_warps == 4 and c.programs_per_sm == 2]
+        expected["forward"] += [None, None, *fwd]  # the saved rstd, the heuristic's time, the sweep
+        expected["backward"] += [None, *bwd]
+        assert [(e["block_rows"], e["num_warps"]) for e in entry["fwd"]] == [(c.block_rows, c.num_warps) for c in fwd]
+        assert [(e["block_rows"], e["num_warps"], e["programs_per_sm"]) for e in entry["bwd"]] == [
+            (c.block_rows, c.num_warps, c.programs_per_sm) for c in bwd]
+        shipped = rmsnorm_triton.forward_config(width), rmsnorm_triton.backward_config(width)
+        assert entry["heuristic"] == {"block_rows": shipped[0].block_rows, "block_cols": shipped[0].block_cols,
+                                      "num_warps": shipped[0].num_warps}
+        assert entry["heuristic_bwd"] == {"block_rows": shipped[1].block_rows, "block_cols": shipped[1].block_cols,
+                                          "num_warps": shipped[1].num_warps,
+                                          "programs_per_sm": shipped[1].programs_per_sm}
+        assert entry["autotune_fwd_pick"] is None  # the autotuner times on a GPU
+    assert calls == expected
