@@ -4,6 +4,9 @@ Every experiment is a module ``bench/exp_<name>.py`` with:
 
 * ``NAME``: the data file stem, e.g. ``"rmsnorm"`` -> ``docs/data/<gpu>/rmsnorm.json``;
 * ``run(args) -> dict``: runs on the GPU and returns ``{"config": ..., "results": ...}``;
+  where (GPU, or ``--quick`` small sizes) comes from :func:`gpu_or_quick`, and every time
+  from the timers below (:func:`cuda_graph_time_us`, :func:`eager_time_us`,
+  :func:`call_times_ms`, :func:`copy_bandwidth`);
 * ``render(data) -> dict[str, str]``: turns a loaded data file into generated
   artifacts, ``{relative path under docs/generated/: text}``. Plots are SVG text
   made with :func:`svg_of` so that rendering is deterministic.
@@ -16,17 +19,22 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
+import math
 import os
 import pathlib
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
+import time
+from typing import NamedTuple
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT / "snippets") not in sys.path:  # experiments import the snippet modules
-    sys.path.insert(0, str(ROOT / "snippets"))
+import torch
+
+from bench import ROOT
+
 DATA_DIR = ROOT / "docs" / "data"
 GENERATED_DIR = ROOT / "docs" / "generated"
 DEFAULT_GPU = "h200"
@@ -63,8 +71,6 @@ def _version(module_name: str) -> str | None:
 
 def environment() -> dict:
     """Everything a reader needs to know about where a number was measured."""
-    import torch
-
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": _git_commit(),
@@ -308,19 +314,105 @@ def svg_texts(svg: str) -> list[str]:
     return [html.unescape(t) for t in re.findall(r"<!-- (.*?) -->", svg, flags=re.S)]
 
 
-# ---------------------------------------------------------------- timing helpers
+# ---------------------------------------------------------------- where an experiment runs
 
-def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25) -> dict:
+def gpu_available() -> bool:
+    """True when kernels run compiled on a CUDA GPU: False on a CPU and under TRITON_INTERPRET=1."""
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+class Mode(NamedTuple):
+    quick: bool  # --quick: the smoke-test sizes
+    on_gpu: bool
+    setup: object  # quick_setup or gpu_setup
+    device: str
+    dtype: torch.dtype  # bf16 on the GPU, fp32 on the CPU; experiments with a fixed dtype ignore it
+
+
+def gpu_or_quick(args, name: str, quick_setup, gpu_setup) -> Mode:
+    """Where and at which sizes experiment ``name`` runs: the GPU sizes need a GPU, ``--quick``
+    (``args.quick``) runs the small ones on whatever is there. Every experiment decides it here."""
+    quick = bool(getattr(args, "quick", False))
+    on_gpu = gpu_available()
+    if not (quick or on_gpu):
+        raise RuntimeError(f"{name} needs a CUDA GPU; use --quick for the CPU smoke test")
+    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+    return Mode(quick, on_gpu, quick_setup if quick else gpu_setup, device, dtype)
+
+
+# Stand-in L2 size without a GPU (--quick on CPU): small, so the rotating-input rule still
+# yields its minimum of input sets; no CPU number is ever published.
+CPU_L2_BYTES = 4 * 2**20
+
+
+def l2_cache_bytes(device) -> int:
+    """The GPU's L2 size as the driver reports it; CPU_L2_BYTES on a CPU."""
+    if torch.device(device).type != "cuda":
+        return CPU_L2_BYTES
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def rotating_input_sets(bytes_per_call: int, device, low: int = 2, high: int = 8) -> int:
+    """How many input sets a timed cycle rotates through so that it touches >= 4x L2
+    (no call finds its inputs left in L2 by the previous one); at least ``low``, at most ``high``."""
+    return min(high, max(low, -(-4 * l2_cache_bytes(device) // bytes_per_call)))
+
+
+# ---------------------------------------------------------------- timing
+# GPU time: cuda_graph_time_us. Eager wall time: eager_time_us. Per-call times of a long call
+# (a training step): call_times_ms. The copy ceiling: copy_bandwidth. Without a GPU (--quick
+# smoke runs) each falls back to perf_counter samples: numbers for the smoke test only.
+
+def _quantile(ordered: list, q: float) -> float:
+    """Linear interpolation between the closest ranks, as triton.testing.do_bench computes quantiles."""
+    point = q * (len(ordered) - 1)
+    lower, upper = math.floor(point), math.ceil(point)
+    t = point - lower
+    return (1 - t) * ordered[lower] + t * ordered[upper]
+
+
+def _stats_us(samples_ms: list) -> dict:
+    ordered = sorted(samples_ms)
+    return {"median_us": _quantile(ordered, 0.5) * 1e3, "p20_us": _quantile(ordered, 0.2) * 1e3,
+            "p80_us": _quantile(ordered, 0.8) * 1e3, "min_us": ordered[0] * 1e3, "n": len(ordered)}
+
+
+def wall_time_us(fn, samples: int = 3, grad_to_none=None) -> dict:
+    """CPU stand-in for the GPU timers: one warm-up call, then ``samples`` perf_counter-timed calls."""
+    fn()
+    times_ms = []
+    for _ in range(samples):
+        for tensor in grad_to_none or ():
+            tensor.grad = None
+        start = time.perf_counter()
+        fn()
+        times_ms.append((time.perf_counter() - start) * 1e3)
+    return _stats_us(times_ms)
+
+
+def eager_time_us(fn, warmup_ms: float = 50, rep_ms: float = 300, grad_to_none=None, on_gpu=None) -> dict:
+    """Wall time of eager calls, host overhead included: triton.testing.do_bench (L2 flushed
+    before each call, ``grad_to_none`` grads reset). Median, 20/80 % quantiles, min in µs; n calls."""
+    if not (gpu_available() if on_gpu is None else on_gpu):
+        return wall_time_us(fn, grad_to_none=grad_to_none)
+    import triton.testing
+
+    samples_ms = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
+                                         return_mode="all")
+    torch.cuda.synchronize()
+    return _stats_us(samples_ms)
+
+
+def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25, on_gpu=None) -> dict:
     """GPU time per call, from CUDA-graph replays: no Python or launch overhead.
 
     ``fns`` is a list of callables that do the same work on *different* buffers;
     the graph cycles through them so that consecutive calls do not find their
-    inputs in L2. Returns median and 20/80 percentiles in µs.
+    inputs in L2 (see :func:`rotating_input_sets`). Returns median and 20/80
+    percentiles in µs.
     """
-    import statistics
-
-    import torch
-
+    if not (gpu_available() if on_gpu is None else on_gpu):
+        return wall_time_us(fns[0])
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -349,13 +441,40 @@ def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25) -> dict:
             "p80_us": times[(4 * len(times)) // 5], "calls_per_graph": calls}
 
 
-def gpu_or_quick(args, name: str, quick_setup: dict, gpu_setup: dict):
-    """(quick, on_gpu, setup, device, dtype) for an experiment that needs a GPU unless --quick."""
-    import torch
+def call_times_ms(fns, calls: int, on_gpu=None) -> list[float]:
+    """The time of each of ``calls`` calls, cycling through ``fns``, in ms: CUDA events around
+    each call, waited for before the next. For calls long enough to time one by one (a training step)."""
+    on_gpu = gpu_available() if on_gpu is None else on_gpu
+    times_ms = []
+    for i in range(calls):
+        fn = fns[i % len(fns)]
+        if on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times_ms.append(start.elapsed_time(end))
+        else:
+            begin = time.perf_counter()
+            fn()
+            times_ms.append((time.perf_counter() - begin) * 1e3)
+    return times_ms
 
-    quick = getattr(args, "quick", False)
-    on_gpu = torch.cuda.is_available()
-    if not (quick or on_gpu):
-        raise RuntimeError(f"{name} needs a CUDA GPU; use --quick for the CPU smoke test")
-    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
-    return quick, on_gpu, (quick_setup if quick else gpu_setup), device, dtype
+
+def in_ms(stats: dict) -> dict:
+    """A timer's result with every ``*_us`` value as ``*_ms``."""
+    return {(k[:-3] + "_ms" if k.endswith("_us") else k): (v / 1e3 if k.endswith("_us") else v)
+            for k, v in stats.items()}
+
+
+def copy_bandwidth(nbytes: int, device, timer: str = "graph") -> dict:
+    """The copy ceiling: ``dst.copy_(src)`` on the device moving ``nbytes`` in all (half read, half
+    written), timed like the kernels it bounds (``"graph"``: :func:`cuda_graph_time_us`) or eagerly
+    (``"eager"``: :func:`eager_time_us`). The timer's result plus ``gbps``."""
+    src = torch.randn(nbytes // 8, device=device)  # fp32: nbytes / 2 read, nbytes / 2 written
+    dst = torch.empty_like(src)
+    timers = {"graph": lambda: cuda_graph_time_us([lambda: dst.copy_(src)]),
+              "eager": lambda: eager_time_us(lambda: dst.copy_(src))}
+    stats = timers[timer]()
+    return stats | {"gbps": 2 * src.numel() * 4 / (stats["median_us"] * 1e3)}

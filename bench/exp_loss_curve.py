@@ -49,8 +49,14 @@ import platform
 import sysconfig
 import time
 
-from bench import _setup  # noqa: F401  (snippets on sys.path, Triton backend chosen)
+import torch
+from transformers import Qwen3ForCausalLM
+
 from bench import common, prose
+from loss_consistency import VOCAB_SIZE, batch_starts, build_pair, loss_gate, stdlib_tokens, train_lockstep
+from qwen3_configs import rmsnorm_count, tiny_qwen3_config
+from qwen3_patch import count_modules, patch_qwen3_rmsnorm
+from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "loss_curve"
 MODELS = ("hf", "triton", "control")
@@ -70,15 +76,10 @@ def loss_config(quick: bool) -> dict:
 
 
 def model_config(cfg: dict):
-    from loss_consistency import VOCAB_SIZE
-    from qwen3_configs import tiny_qwen3_config
-
     return tiny_qwen3_config(vocab_size=VOCAB_SIZE, use_cache=False, **cfg["model"])
 
 
 def _control_class():
-    import torch
-
     class OneRoundingRMSNorm(torch.nn.Module):
         """RMSNorm computed fully in fp32 and cast once (HF casts x_hat first, then multiplies)."""
 
@@ -99,14 +100,7 @@ def _round(values, digits: int = 5) -> list:
     return [float(f"{v:.{digits}g}") for v in values]
 
 
-def run_variant(variant: str, cfg: dict, tokens, log=print) -> dict:
-    import torch
-    from transformers import Qwen3ForCausalLM
-
-    from loss_consistency import batch_starts, build_pair, loss_gate, train_lockstep
-    from qwen3_patch import count_modules, patch_qwen3_rmsnorm
-    from rmsnorm_triton import TritonQwen3RMSNorm
-
+def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict:
     config = model_config(cfg)
     hf, triton_model = build_pair(config, TritonQwen3RMSNorm, seed=cfg["seed"])
     undo = patch_qwen3_rmsnorm(_control_class())
@@ -115,12 +109,12 @@ def run_variant(variant: str, cfg: dict, tokens, log=print) -> dict:
     finally:
         undo()
     control.load_state_dict(hf.state_dict())
-    expected = 4 * config.num_hidden_layers + 1
+    expected = rmsnorm_count(config)
     if count_modules(triton_model, TritonQwen3RMSNorm) != expected or count_modules(hf, TritonQwen3RMSNorm):
         raise RuntimeError("the Triton model does not have exactly one TritonQwen3RMSNorm per norm")
 
     dtype = torch.bfloat16 if variant == "bf16" else torch.float32
-    models = [m.to(device=_setup.DEVICE, dtype=dtype).train() for m in (hf, triton_model, control)]
+    models = [m.to(device=device, dtype=dtype).train() for m in (hf, triton_model, control)]
     autocast = torch.bfloat16 if variant == "amp" else None
     starts = batch_starts(tokens.numel(), cfg["batch"], cfg["seq_len"], cfg["steps"], seed=cfg["data_seed"])
     log(f"{variant}: {cfg['steps']} steps x 3 models (hf, triton, control)")
@@ -146,11 +140,7 @@ def run_variant(variant: str, cfg: dict, tokens, log=print) -> dict:
 
 
 def run(args) -> dict:
-    import torch
-
-    from loss_consistency import stdlib_tokens
-
-    cfg = loss_config(args.quick)
+    _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, loss_config(True), loss_config(False))
     tokens = stdlib_tokens()[:cfg["corpus_tokens"]]  # all of it if the stdlib is smaller
     if tokens.numel() < 50 * cfg["seq_len"]:
         raise RuntimeError(f"only {tokens.numel()} stdlib tokens found at {sysconfig.get_paths()['stdlib']}")
@@ -161,10 +151,11 @@ def run(args) -> dict:
         "tokens": tokens.numel(),
         "sha256": hashlib.sha256(tokens.to(torch.int16).numpy().tobytes()).hexdigest(),
     }
-    tokens = tokens.to(_setup.DEVICE)
+    tokens = tokens.to(device)
     results = {}
     for variant in cfg["variants"]:
-        results[variant] = run_variant(variant, cfg, tokens, log=lambda m: print(f"  [loss_curve] {m}", flush=True))
+        results[variant] = run_variant(variant, cfg, tokens, device,
+                                       log=lambda m: print(f"  [loss_curve] {m}", flush=True))
     config = model_config(cfg)
     cfg["geometry"] = {k: getattr(config, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",

@@ -26,46 +26,26 @@ import re
 import tempfile
 import time
 
-from bench import _setup  # noqa: F401  (snippets on sys.path)
+import torch
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
+
 from bench import common
+from p1_compile_capture import capture_output_code, compile_rmsnorm, generated_kernels, graph_kind, kernel_body
+from p1_fx_trace import DecoderLayerCall
+from p1_profile_step import device_events, load_trace
+from qwen3_configs import BENCH_TOKENS, qwen3_config, tiny_qwen3_config
 
 NAME = "p1_compile"
-GPU_SETUP = {"size": "8B", "shapes": [[1, 512], [4, 4096]], "rmsnorm": {"hidden": 4096, "rows": 16384}}
+GPU_SETUP = {"size": "8B", "shapes": [[1, 512], [4, 4096]], "rmsnorm": {"hidden": 4096, "rows": BENCH_TOKENS}}
 QUICK_SETUP = {"size": "tiny", "shapes": [[1, 16]], "rmsnorm": {"hidden": 64, "rows": 8}}
 LAUNCH_API = re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|GraphLaunch|LaunchCooperativeKernel|ModuleLaunch)",
                         re.IGNORECASE)
 CONTENDERS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
-
-
-def _bench_us(fn, on_gpu, grad_to_none=None):
-    import statistics
-
-    if on_gpu:  # pragma: gpu only
-        import torch
-        import triton.testing
-
-        p50, p20, p80 = triton.testing.do_bench(fn, warmup=50, rep=400, quantiles=[0.5, 0.2, 0.8],
-                                                grad_to_none=grad_to_none)
-        torch.cuda.synchronize()
-        return {"median_us": p50 * 1e3, "p20_us": p20 * 1e3, "p80_us": p80 * 1e3}
-    fn()
-    samples = []
-    for _ in range(5):
-        if grad_to_none:
-            for tensor in grad_to_none:
-                tensor.grad = None
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e6)
-    return {"median_us": statistics.median(samples), "p20_us": min(samples), "p80_us": max(samples)}
+EAGER_TIMER = {"warmup_ms": 50, "rep_ms": 400}
 
 
 def _count_launches(fn, on_gpu):
     """GPU kernels (and memcpy/memset) and CPU-side launch API calls of one call of fn."""
-    import torch
-
-    from p1_profile_step import device_events, load_trace
-
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_gpu:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -83,14 +63,6 @@ def _count_launches(fn, on_gpu):
 
 
 def run(args) -> dict:
-    import torch
-
-    from p1_compile_capture import capture_output_code, compile_rmsnorm, generated_kernels, graph_kind, kernel_body
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
-
-    from p1_fx_trace import DecoderLayerCall
-    from qwen3_configs import qwen3_config, tiny_qwen3_config
-
     quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     torch.manual_seed(0)
 
@@ -153,8 +125,8 @@ def run(args) -> dict:
             def forward_backward():
                 fn(x, cos, sin).backward(dy)
 
-            result = {"fwd": _bench_us(forward, on_gpu),
-                      "fwd_bwd": _bench_us(forward_backward, on_gpu, grad_to_none=[x] + parameters)}
+            result = {"fwd": common.eager_time_us(forward, **EAGER_TIMER),
+                      "fwd_bwd": common.eager_time_us(forward_backward, **EAGER_TIMER, grad_to_none=[x] + parameters)}
             for tensor in [x] + parameters:
                 tensor.grad = None
             result["launches_fwd"] = _count_launches(forward, on_gpu)

@@ -26,8 +26,17 @@ from __future__ import annotations
 
 import pathlib
 
-from bench import _setup  # noqa: F401  (snippets on sys.path)
+import torch
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
 from bench import common
+from p1_fx_trace import count_patterns, export_decoder_layer, export_model, op_kinds, qwen3_parts, try_symbolic_trace
+from p1_profile_step import (annotate_decoder_layers, annotation, category_table, kernel_table, launch_summary,
+                             layer_timeline, load_trace, memory_bound_runs, profile_training_step, top_ops,
+                             training_step)
+from p1_static_read import (build_qwen3, expected_rmsnorm_count, modeling_source, module_class_counts,
+                            parameter_counts, source_of)
+from qwen3_configs import qwen3_config, tiny_qwen3_config
 
 NAME = "p1_profile"
 LAYER = "decoder_layer.1"
@@ -37,14 +46,6 @@ QUICK_SETUP = {"size": "tiny", "layers": 2, "batch": 1, "seq_len": 64, "sweep": 
 
 def static_analysis() -> dict:
     """Everything §二 shows, from this environment's transformers (CPU only, a few seconds)."""
-    import torch
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
-
-    from p1_fx_trace import count_patterns, export_decoder_layer, export_model, op_kinds, qwen3_parts, try_symbolic_trace
-    from p1_static_read import (build_qwen3, expected_rmsnorm_count, modeling_source, module_class_counts,
-                                parameter_counts, source_of)
-    from qwen3_configs import qwen3_config, tiny_qwen3_config
-
     config = qwen3_config("8B")
     model = build_qwen3(config, device="meta")
     where = modeling_source()
@@ -83,14 +84,6 @@ def static_analysis() -> dict:
 
 
 def run(args) -> dict:
-    import torch
-
-    from p1_profile_step import (annotate_decoder_layers, annotation, category_table, kernel_table, launch_summary,
-                                 layer_timeline, load_trace, memory_bound_runs, profile_training_step, time_ms, top_ops,
-                                 training_step)
-    from p1_static_read import build_qwen3
-    from qwen3_configs import qwen3_config, tiny_qwen3_config
-
     quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
 
     print("  static reading", flush=True)
@@ -112,7 +105,7 @@ def run(args) -> dict:
         def step():
             model.zero_grad(set_to_none=True)
             training_step(model, input_ids)
-        return time_ms(step, warmup_ms=100 if on_gpu else 0, rep_ms=1500 if on_gpu else 200)
+        return common.in_ms(common.eager_time_us(step, warmup_ms=100, rep_ms=1500))
 
     out_dir = getattr(args, "out", None) or common.DATA_DIR / common.gpu_slug(
         torch.cuda.get_device_name(0) if on_gpu else "cpu")
@@ -174,8 +167,6 @@ def run(args) -> dict:
 
 def _profiled_launch(model, input_ids) -> dict:
     import tempfile
-
-    from p1_profile_step import launch_summary, load_trace, profile_training_step
 
     with tempfile.TemporaryDirectory() as folder:
         path = pathlib.Path(folder) / "trace.json.gz"

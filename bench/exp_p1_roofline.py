@@ -25,8 +25,12 @@ variant / median time.
 """
 from __future__ import annotations
 
-from bench import _setup  # noqa: F401  (snippets on sys.path)
+import torch
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
+
 from bench import common
+from p1_roofline import fusable_points, ridge_point
+from qwen3_configs import qwen3_config, tiny_qwen3_config
 
 NAME = "p1_roofline"
 GPU_SETUP = {"size": "8B", "batch": 4, "seq_len": 4096, "softmax_batch": 1, "copy_mib": 2048, "matmul": [8192, 8192, 8192]}
@@ -34,40 +38,14 @@ QUICK_SETUP = {"size": "tiny", "batch": 2, "seq_len": 32, "softmax_batch": 1, "c
 POINT_ORDER = ["RMSNorm", "RoPE", "SwiGLU", "QKV merge", "Attention softmax"]
 
 
-def _bench_us(fn, on_gpu):
-    import statistics
-    import time
-
-    if on_gpu:  # pragma: gpu only
-        import torch
-        import triton.testing
-
-        p50, p20, p80 = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8])
-        torch.cuda.synchronize()
-        return {"median_us": p50 * 1e3, "p20_us": p20 * 1e3, "p80_us": p80 * 1e3}
-    fn()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e6)
-    return {"median_us": statistics.median(samples), "p20_us": min(samples), "p80_us": max(samples)}
-
-
 def ceilings(setup, device, on_gpu):
-    import torch
-
-    src = torch.randn(setup["copy_mib"] * 2**20 // 4, device=device)
-    dst = torch.empty_like(src)
-    copy = _bench_us(lambda: dst.copy_(src), on_gpu)
-    copy["bytes"] = 2 * src.numel() * 4
-    copy["gbps"] = copy["bytes"] / (copy["median_us"] * 1e3)
-    del src, dst
+    moved = 2 * setup["copy_mib"] * 2**20  # copy_mib read, as much written
+    copy = common.copy_bandwidth(moved, device, "eager") | {"bytes": moved}
     m, n, k = setup["matmul"]
     dtype = torch.bfloat16 if on_gpu else torch.float32
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
-    matmul = _bench_us(lambda: a @ b, on_gpu)
+    matmul = common.eager_time_us(lambda: a @ b)
     matmul.update({"shape": [m, n, k], "dtype": str(dtype).replace("torch.", ""), "flops": 2 * m * n * k})
     matmul["tflops"] = matmul["flops"] / (matmul["median_us"] * 1e-6) / 1e12
     return {"copy": copy, "matmul": matmul}
@@ -75,9 +53,6 @@ def ceilings(setup, device, on_gpu):
 
 def _contenders(config, setup, device, dtype, quick):
     """point name -> (tokens, {variant: fn}) with fresh random inputs for each point."""
-    import torch
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
-
     batch, seq = setup["batch"], setup["seq_len"]
     tokens = batch * seq
     hidden, inter, heads, kv, dim = (config.hidden_size, config.intermediate_size, config.num_attention_heads,
@@ -167,11 +142,6 @@ def _contenders(config, setup, device, dtype, quick):
 
 
 def run(args) -> dict:
-    import torch
-
-    from p1_roofline import fusable_points, ridge_point
-    from qwen3_configs import qwen3_config, tiny_qwen3_config
-
     quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     config = tiny_qwen3_config() if setup["size"] == "tiny" else qwen3_config(setup["size"])
     torch.manual_seed(0)
@@ -191,7 +161,7 @@ def run(args) -> dict:
             point["measured"] = {}
             for variant, fn in fns.items():
                 print(f"  {name}: {variant}", flush=True)
-                stats = _bench_us(fn, on_gpu)
+                stats = common.eager_time_us(fn)
                 counted = point[variant]
                 seconds = stats["median_us"] * 1e-6
                 stats["tflops"] = counted["flops"] * point_tokens / seconds / 1e12

@@ -17,18 +17,27 @@ import argparse
 import contextlib
 import sys
 
+import torch
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
 from bench import common, prose
+from qwen3_configs import HEAD_DIM, HIDDEN_SIZES, RMSNORM_SHAPES
+from rmsnorm_naive_autograd import naive_rms_norm
+from rmsnorm_triton import rms_norm, rms_norm_backward, rms_norm_forward
 
 NAME = "rmsnorm"
+
+
+def _shape(name, layout="contiguous", label=None):
+    rows, width = RMSNORM_SHAPES[name]
+    return (label or (name if name.startswith("H=") else f"{name} {rows}x{width}"), rows, width, layout)
+
+
 SHAPES = [  # (label, rows, width, dy layout)
-    ("H=1024", 16384, 1024, "contiguous"),
-    ("H=2048", 16384, 2048, "contiguous"),
-    ("H=2560", 16384, 2560, "contiguous"),
-    ("H=4096", 16384, 4096, "contiguous"),
-    ("H=5120", 16384, 5120, "contiguous"),
-    ("q_norm 524288x128", 16384 * 32, 128, "contiguous"),
-    ("k_norm 131072x128", 16384 * 8, 128, "contiguous"),
-    ("q_norm, dy transposed", 16384 * 32, 128, "heads_transposed"),
+    *(_shape(f"H={hidden}") for hidden in HIDDEN_SIZES),
+    _shape("q_norm"),
+    _shape("k_norm"),
+    _shape("q_norm", "heads_transposed", "q_norm, dy transposed"),
 ]
 QUICK_SHAPES = [("H=256", 64, 256, "contiguous"), ("q 64x128", 64, 128, "heads_transposed")]
 CONTENDERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "naive", "triton"]
@@ -40,17 +49,12 @@ LABELS = {
     "naive": "naive Triton",
     "triton": "this kernel",
 }
+DTYPE = torch.bfloat16
 EPS = 1e-6
 
 
 def _make_contenders(width, dtype, device):
     """name -> (forward_fn(x) -> y, parameters) for one width."""
-    import torch
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
-
-    from rmsnorm_naive_autograd import naive_rms_norm
-    from rmsnorm_triton import rms_norm
-
     weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))
     hf = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=dtype)
     hf.weight = weight
@@ -74,33 +78,7 @@ def _make_contenders(width, dtype, device):
     return contenders
 
 
-def _bench(fn, quick, grad_to_none=None):
-    """Eager timing: do_bench median per call, L2 flushed in between (host overhead included)."""
-    import torch
-
-    if quick:  # CPU smoke test: one call, wall clock
-        import time
-
-        start = time.perf_counter()
-        fn()
-        return {"median_us": (time.perf_counter() - start) * 1e6, "p20_us": None, "p80_us": None}
-    import triton.testing
-
-    p50, p20, p80 = triton.testing.do_bench(fn, warmup=50, rep=300, quantiles=[0.5, 0.2, 0.8], grad_to_none=grad_to_none)
-    torch.cuda.synchronize()
-    return {"median_us": p50 * 1e3, "p20_us": p20 * 1e3, "p80_us": p80 * 1e3}
-
-
-def _graph_bench(fns, quick):
-    """GPU time per call from CUDA-graph replays over rotating input sets."""
-    if quick:
-        return _bench(fns[0], quick)
-    return common.cuda_graph_time_us(fns)
-
-
 def _inputs(rows, width, layout, dtype, device, seed):
-    import torch
-
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(rows, width, device=device, dtype=torch.float32, generator=gen).to(dtype)
     if layout == "heads_transposed":  # dy as q_norm receives it: (B, T, heads, D) view of (B, heads, T, D)
@@ -114,40 +92,26 @@ def _inputs(rows, width, layout, dtype, device, seed):
     return x, dy
 
 
-def copy_bandwidth(nbytes, device, quick):
-    """GB/s of a device-to-device copy moving ``nbytes`` in all (half read, half written).
-
-    Timed like the contenders (CUDA-graph replay) and, as ``eager``, with do_bench on
-    eager calls: inside a graph a multi-GiB copy runs slower on the H200 than eagerly.
-    """
-    import torch
-
-    src = torch.randn(nbytes // 8, device=device)
-    dst = torch.empty_like(src)
-    stats = _graph_bench([lambda: dst.copy_(src)], quick)  # timed like the contenders
-    stats["gbps"] = (2 * src.numel() * 4) / (stats["median_us"] * 1e3)
-    eager = _bench(lambda: dst.copy_(src), quick)
-    stats["eager"] = eager | {"gbps": (2 * src.numel() * 4) / (eager["median_us"] * 1e3)}
-    return stats
+def copy_bandwidth(nbytes, device):
+    """The copy ceiling's candidates for ``nbytes`` moved: timed like the contenders (CUDA-graph
+    replay) and, as ``eager``, with do_bench on eager calls: inside a graph a multi-GiB copy runs
+    slower on the H200 than eagerly."""
+    return common.copy_bandwidth(nbytes, device) | {"eager": common.copy_bandwidth(nbytes, device, "eager")}
 
 
 def run(args) -> dict:
-    import torch
-
-    quick = getattr(args, "quick", False)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16
-    shapes = QUICK_SHAPES if quick else SHAPES
+    quick, _, shapes, device, _ = common.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
+    dtype = DTYPE
     copy_bytes = (64 if quick else 4096) * 2**20
-    results = {"copy": {**copy_bandwidth(copy_bytes, device, quick), "bytes": copy_bytes}, "shapes": []}
+    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": []}
     for index, (label, rows, width, layout) in enumerate(shapes):
         print(f"  {label}", flush=True)
         bytes_fwd_bwd = 5 * rows * width * 2
-        n_sets = 1 if quick else min(8, max(2, -(-4 * 60 * 2**20 // bytes_fwd_bwd)))  # >= 4x L2 per cycle
+        n_sets = 1 if quick else common.rotating_input_sets(bytes_fwd_bwd, device)
         sets = [_inputs(rows, width, layout, dtype, device, seed=100 * index + k) for k in range(n_sets)]
         entry = {"label": label, "rows": rows, "width": width, "dy_layout": layout, "input_sets": n_sets,
                  "bytes_fwd": 2 * rows * width * 2, "bytes_fwd_bwd": bytes_fwd_bwd,
-                 "copy_same_bytes": copy_bandwidth(2 * rows * width * 2, device, quick),
+                 "copy_same_bytes": common.copy_bandwidth(2 * rows * width * 2, device),
                  "fwd": {}, "fwd_bwd": {}, "fwd_eager": {}, "fwd_bwd_eager": {}, "errors": {}}
         for name, (fn, weight) in _make_contenders(width, dtype, device).items():
             leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
@@ -162,10 +126,11 @@ def run(args) -> dict:
                 fn(leaves[k]).backward(sets[k][1])
 
             try:
-                entry["fwd_eager"][name] = _bench(lambda: forward(0), quick)
-                entry["fwd_bwd_eager"][name] = _bench(lambda: forward_backward(0), quick)
-                entry["fwd"][name] = _graph_bench([lambda k=k: forward(k) for k in range(n_sets)], quick)
-                entry["fwd_bwd"][name] = _graph_bench([lambda k=k: forward_backward(k) for k in range(n_sets)], quick)
+                entry["fwd_eager"][name] = common.eager_time_us(lambda: forward(0))
+                entry["fwd_bwd_eager"][name] = common.eager_time_us(lambda: forward_backward(0))
+                entry["fwd"][name] = common.cuda_graph_time_us([lambda k=k: forward(k) for k in range(n_sets)])
+                entry["fwd_bwd"][name] = common.cuda_graph_time_us(
+                    [lambda k=k: forward_backward(k) for k in range(n_sets)])
             except Exception as error:  # recorded, not hidden: the table shows a dash
                 entry["errors"][name] = repr(error)[:300]
                 print(f"    {name} failed: {error!r}"[:300], flush=True)
@@ -183,6 +148,7 @@ def run(args) -> dict:
             torch.cuda.empty_cache()
     results["rstd"] = rstd_choice(device, dtype, quick)
     config = {"dtype": "bfloat16", "eps": EPS, "shapes": [list(s) for s in shapes], "contenders": CONTENDERS,
+              "l2_bytes": common.l2_cache_bytes(device),
               "timer": ("fwd/fwd_bwd: median GPU time per call from CUDA-graph replays cycling over input sets "
                         ">= 4x L2; *_eager: triton.testing.do_bench median per eager call (host overhead "
                         "included), warmup=50 ms, rep=300 ms, L2 flushed between runs"),
@@ -192,20 +158,16 @@ def run(args) -> dict:
 
 def rstd_choice(device, dtype, quick):
     """Backward time with the saved rstd vs recomputing it in the backward kernel."""
-    import torch
-
-    from rmsnorm_triton import rms_norm_backward, rms_norm_forward
-
     out = []
-    widths = [(64, 128), (64, 256)] if quick else [(16384 * 32, 128), (16384, 1024), (16384, 4096)]
+    widths = [(64, 128), (64, 256)] if quick else [RMSNORM_SHAPES[n] for n in ("q_norm", "H=1024", "H=4096")]
     for rows, width in widths:
         sets = [_inputs(rows, width, "contiguous", dtype, device, seed=99 + k) for k in range(1 if quick else 3)]
         w = (torch.rand(width, device=device) + 0.5).to(dtype)
         rstds = [rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
-        saved = _graph_bench([lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, rstds[k])
-                              for k in range(len(sets))], quick)
-        recomputed = _graph_bench([lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, None, eps=EPS)
-                                   for k in range(len(sets))], quick)
+        saved = common.cuda_graph_time_us([lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, rstds[k])
+                                           for k in range(len(sets))])
+        recomputed = common.cuda_graph_time_us(
+            [lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, None, eps=EPS) for k in range(len(sets))])
         out.append({"rows": rows, "width": width, "saved_us": saved["median_us"],
                     "recomputed_us": recomputed["median_us"], "rstd_bytes": rows * 4,
                     "bwd_bytes": 3 * rows * width * 2})
@@ -246,11 +208,16 @@ PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 TIE = 0.01  # within 1 % of each other counts as a tie: the 20-80 % spread of a median is about 0.5 %
 
 
+SHAPE_NAMES = {shape: name for name, shape in RMSNORM_SHAPES.items()}
+
+
 def shape_label(rows, width, layout="contiguous", label=""):
-    """H=4096 for the hidden-size norms; q_norm / k_norm for the 128-wide head norms."""
-    if width != 128:
+    """H=4096 for the hidden-size norms; q_norm / k_norm for the head_dim-wide head norms, named by
+    the shape's label when it has one (quick runs: "q 64x128"), else by qwen3_configs.RMSNORM_SHAPES."""
+    if width != HEAD_DIM:
         return f"H={width}"
-    kind = ("k_norm" if label.startswith("k") else "q_norm") if label else ("q_norm" if rows >= 16384 * 32 else "k_norm")
+    kind = ("k_norm" if label.startswith("k") else "q_norm") if label else SHAPE_NAMES.get((rows, width),
+                                                                                           f"{rows}×{width}")
     return kind + ("（dy 转置）" if layout == "heads_transposed" else "")
 
 
@@ -260,7 +227,7 @@ def _label(s):
 
 def rows_caption(shapes) -> str:
     """Where the row counts go: 'H=1024 … H=5120 各 16384 行，q_norm 为 524288×128，…'."""
-    wide = [s for s in shapes if s["width"] != 128]
+    wide = [s for s in shapes if s["width"] != HEAD_DIM]
     parts = []
     if wide:
         names = f"{_label(wide[0])} … {_label(wide[-1])}" if len(wide) > 2 else prose.join(_label(s) for s in wide)
@@ -270,7 +237,7 @@ def rows_caption(shapes) -> str:
     seen = set()
     for s in shapes:
         base = _label(s).split("（")[0]
-        if s["width"] == 128 and base not in seen:
+        if s["width"] == HEAD_DIM and base not in seen:
             seen.add(base)
             parts.append(f"{base} 为 {s['rows']}×{s['width']}")
     if any(s.get("dy_layout") == "heads_transposed" for s in shapes):
@@ -432,11 +399,8 @@ PLOT_LABELS = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "
 
 
 def _short_label(shape):
-    """Axis label: the hidden size, or q/k plus the transposed-dy marker for 128-wide rows."""
-    if shape["width"] != 128:
-        return f"H={shape['width']}"
-    kind = "q_norm" if shape["rows"] >= 16384 * 32 else "k_norm"
-    return kind + ("\n（dy 转置）" if shape["dy_layout"] == "heads_transposed" else "")
+    """Axis label: the table's label with the transposed-dy marker on a line of its own."""
+    return _label(shape).replace("（", "\n（")
 
 
 def _bandwidth_plot(data):

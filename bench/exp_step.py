@@ -61,8 +61,14 @@ import tempfile
 import time
 import traceback
 
-from bench import _setup  # noqa: F401  (snippets on sys.path, Triton backend chosen)
+import torch
+from torch.autograd import DeviceType
+from transformers import Qwen3ForCausalLM
+
 from bench import common, prose
+from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
+from qwen3_patch import patch_qwen3_rmsnorm
+from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 
 NAME = "step"
 
@@ -96,8 +102,6 @@ def step_config(quick: bool) -> dict:
 
 
 def build_config(spec: dict):
-    from qwen3_configs import qwen3_config, tiny_qwen3_config
-
     overrides = {k: v for k, v in spec.items() if k != "size"}
     overrides.update(use_cache=False, attn_implementation="sdpa")
     if spec["size"] == "tiny":
@@ -112,8 +116,6 @@ class TierSkipped(Exception):
 
 
 def _torch_rmsnorm_class():
-    import torch
-
     class TorchFusedRMSNorm(torch.nn.Module):  # "RMSNorm" in the name: HF's _init_weights fills ones
         def __init__(self, hidden_size, eps=1e-6):
             super().__init__()
@@ -127,7 +129,7 @@ def _torch_rmsnorm_class():
     return TorchFusedRMSNorm
 
 
-def _install_patch(tier: str) -> dict:
+def _install_patch(tier: str, on_gpu: bool) -> dict:
     """Apply the tier's patch to transformers' modeling_qwen3 (before the model is built)."""
     if tier in ("eager", "compile"):
         return {"norm_class": "Qwen3RMSNorm"}
@@ -136,15 +138,12 @@ def _install_patch(tier: str) -> dict:
             from liger_kernel.transformers import apply_liger_kernel_to_qwen3
         except Exception as error:  # not installed on this machine
             raise TierSkipped(f"liger_kernel not importable: {error!r}") from error
-        if _setup.INTERPRET:
+        if not on_gpu:
             raise TierSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
         options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
-    from qwen3_patch import patch_qwen3_rmsnorm
-    from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
-
     norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,
                 "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[tier]
     patch_qwen3_rmsnorm(norm_cls)  # this process only ever builds this one model
@@ -157,8 +156,6 @@ def _norm_modules(model):
 
 def _annotate_norms(model) -> None:
     """Wrap each RMSNorm module's forward in record_function("rmsnorm_fwd") (profiling only)."""
-    import torch
-
     for module in _norm_modules(model):
         forward = module.forward
 
@@ -169,15 +166,11 @@ def _annotate_norms(model) -> None:
         module.forward = annotated
 
 
-def measure_tier(tier: str, cfg: dict, log=print) -> dict:
-    import torch
-    from transformers import Qwen3ForCausalLM
-
-    device = _setup.DEVICE
+def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
     on_gpu = device == "cuda"
     if tier in COMPILED and not on_gpu:
         raise TierSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
-    info = _install_patch(tier)
+    info = _install_patch(tier, on_gpu)
     config = build_config(cfg["model"])
     dtype = getattr(torch, cfg["dtype"])
 
@@ -189,7 +182,7 @@ def measure_tier(tier: str, cfg: dict, log=print) -> dict:
     norms = _norm_modules(model)
     info["norm_count"] = len(norms)
     info["norm_classes"] = sorted({type(m).__name__ for m in norms})
-    expected = 4 * config.num_hidden_layers + 1
+    expected = rmsnorm_count(config)
     if len(norms) != expected or info["norm_classes"] != [info["norm_class"]]:
         raise RuntimeError(f"expected {expected} x {info['norm_class']}, found {len(norms)} x {info['norm_classes']}")
     info["parameters"] = sum(p.numel() for p in model.parameters())
@@ -225,20 +218,7 @@ def measure_tier(tier: str, cfg: dict, log=print) -> dict:
     # Timed steps.
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    step_ms = []
-    for i in range(cfg["timed_steps"]):
-        batch = batches[i % len(batches)]
-        if on_gpu:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            step(batch)
-            end.record()
-            end.synchronize()
-            step_ms.append(begin.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step(batch)
-            step_ms.append((time.perf_counter() - t0) * 1e3)
+    step_ms = common.call_times_ms([lambda b=b: step(b) for b in batches], cfg["timed_steps"], on_gpu)
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None
     median_ms = statistics.median(step_ms)
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
@@ -274,7 +254,6 @@ def measure_tier(tier: str, cfg: dict, log=print) -> dict:
 
 
 def profile_rmsnorm(model, batches, n_steps: int, annotate: bool, on_gpu: bool) -> dict:
-    import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     if annotate:
@@ -301,8 +280,6 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
 
     On CPU (``--quick``) there are no kernels; CPU time of the ops stands in for it.
     """
-    from torch.autograd import DeviceType
-
     def cost_us(event):
         return event.device_time_total if on_gpu else event.cpu_time_total
 
@@ -377,15 +354,15 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
     return result
 
 
-def run_child(tier: str, quick: bool, out: pathlib.Path) -> None:
-    cfg = step_config(quick)
+def run_child(tier: str, args, out: pathlib.Path) -> None:
+    _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, step_config(True), step_config(False))
 
     def log(message):
         print(f"  [step:{tier}] {message}", flush=True)
 
     record = {"tier": tier, "label": TIERS[tier]}
     try:
-        record.update(measure_tier(tier, cfg, log=log), status="ok")
+        record.update(measure_tier(tier, cfg, device, log=log), status="ok")
     except TierSkipped as reason:
         record.update(status="skipped", reason=str(reason))
         log(f"skipped: {reason}")
@@ -409,7 +386,7 @@ def selected_tiers() -> list[str]:
 
 
 def run(args) -> dict:
-    cfg = step_config(args.quick)
+    cfg = common.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
     tiers = selected_tiers()
     budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all tiers; a device job gets 600 s
     began = time.perf_counter()
@@ -647,7 +624,7 @@ def main(argv=None) -> int:
     if args.tier:
         if args.out is None:
             parser.error("--tier needs --out")
-        run_child(args.tier, args.quick, args.out)
+        run_child(args.tier, args, args.out)
         return 0
     payload = run(args)
     print(json.dumps({t: {k: v for k, v in r.items() if k in ("status", "median_ms", "peak_gib", "reason")}

@@ -10,14 +10,14 @@ kernel time, the host (Python, launches) is the bottleneck, not the GPU.
 import time
 
 import torch
-import triton.testing
 from torch.profiler import ProfilerActivity, profile
 
-from bench import common  # noqa: F401  (puts snippets/ on sys.path)
+from bench import common
+from qwen3_configs import RMSNORM_SHAPES
 from rmsnorm_naive_autograd import naive_rms_norm
 from rmsnorm_triton import rms_norm
 
-SHAPES = [(16384, 1024), (16384, 4096), (16384 * 8, 128), (16384 * 32, 128)]
+SHAPES = [RMSNORM_SHAPES[name] for name in ("H=1024", "H=4096", "k_norm", "q_norm")]
 
 
 def kernel_us_per_call(fn, calls=20):
@@ -35,6 +35,8 @@ def kernel_us_per_call(fn, calls=20):
 
 
 def host_us_per_call(fn, calls=200):
+    """Host time per call, no synchronisation between calls: what the CPU needs to issue one call
+    (not a GPU timer, so not one of bench.common's)."""
     fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -62,7 +64,7 @@ def main():
                 norm(xg, w).backward(dy)
 
             for phase, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-                bench = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median") * 1e3
+                bench = common.eager_time_us(fn, rep_ms=200)["median_us"]
                 kernel, per_kernel = kernel_us_per_call(fn)
                 host = host_us_per_call(fn)
                 top = ", ".join(f"{k}={v:.1f}" for k, v in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:4])

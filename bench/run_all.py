@@ -14,7 +14,6 @@ import pathlib
 import time
 import traceback
 
-from bench import _setup  # noqa: F401  (Triton backend chosen before any experiment imports triton)
 from bench import common
 from bench.render import experiment_modules
 

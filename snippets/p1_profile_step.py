@@ -59,7 +59,6 @@ def profile_training_step(model, input_ids, trace_path=None, warmup_steps=2):
 
 import gzip  # noqa: E402  (helpers the article does not show)
 import json  # noqa: E402
-import time  # noqa: E402
 
 
 def load_trace(path) -> list:
@@ -320,28 +319,6 @@ def range_launches(events: list, name: str = "decoder_layer.1") -> list:
                           "kernel_dur_us": work["dur"]})
     return sorted(pairs, key=lambda pair: pair["launch_us"])
 # --8<-- [end:launches]
-
-
-def time_ms(fn, warmup_ms: float = 100, rep_ms: float = 1000,
-            on_gpu: bool | None = None) -> dict:
-    """Median and spread of fn() in ms: triton's do_bench on a GPU, perf_counter on CPU.
-    ``on_gpu`` defaults to whether CUDA is available."""
-    if torch.cuda.is_available() if on_gpu is None else on_gpu:  # pragma: gpu only
-        import triton.testing
-
-        samples = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
-                                          return_mode="all")
-    else:
-        fn()
-        samples, deadline = [], time.perf_counter() + rep_ms / 1e3
-        while len(samples) < 3 or time.perf_counter() < deadline:
-            start = time.perf_counter()
-            fn()
-            samples.append(1e3 * (time.perf_counter() - start))
-    ordered = sorted(samples)
-    return {"median_ms": statistics.median(ordered), "min_ms": ordered[0],
-            "p20_ms": ordered[len(ordered) // 5],
-            "p80_ms": ordered[(4 * len(ordered)) // 5], "n": len(ordered)}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ QWEN3_SIZES = {
     "14B": (5120, 17408, 40, 40),
     "32B": (5120, 25600, 64, 64),
 }
+KV_HEADS = 8  # every size
+HEAD_DIM = 128  # every size; q_norm and k_norm normalise rows of head_dim
 
 
 def qwen3_config(size: str = "8B", **overrides) -> Qwen3Config:
@@ -26,8 +28,8 @@ def qwen3_config(size: str = "8B", **overrides) -> Qwen3Config:
         intermediate_size=intermediate,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=8,
-        head_dim=128,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
         rms_norm_eps=1e-6,
         max_position_embeddings=40960,
         rope_theta=1000000.0,
@@ -58,6 +60,30 @@ def tiny_qwen3_config(**overrides) -> Qwen3Config:
     fields.update(overrides)
     return Qwen3Config(**fields)
 # --8<-- [end:tiny]
+
+
+# The counts and shapes the benchmarks (bench/) and the tests use, named once.
+NORMS_PER_LAYER = 4  # input_layernorm, post_attention_layernorm, q_norm, k_norm
+
+
+def rmsnorm_count(config) -> int:
+    """RMSNorm modules of a Qwen3: four per decoder layer, plus the final one (4L+1)."""
+    return NORMS_PER_LAYER * config.num_hidden_layers + 1
+
+
+# One training batch of the benchmarks: B=4 sequences of T=4096 tokens.
+BENCH_BATCH, BENCH_SEQ_LEN = 4, 4096
+BENCH_TOKENS = BENCH_BATCH * BENCH_SEQ_LEN  # 16384: rows of a hidden-size norm
+HIDDEN_SIZES = sorted({hidden for hidden, *_ in QWEN3_SIZES.values()})
+# q_norm and k_norm see one row per token and head: Qwen3-8B's 32 query, 8 KV heads.
+Q_NORM_ROWS = BENCH_TOKENS * QWEN3_SIZES["8B"][3]  # 524288
+K_NORM_ROWS = BENCH_TOKENS * KV_HEADS  # 131072
+# Every RMSNorm input the benchmarks time, by name -> (rows, width).
+RMSNORM_SHAPES = {
+    **{f"H={hidden}": (BENCH_TOKENS, hidden) for hidden in HIDDEN_SIZES},
+    "q_norm": (Q_NORM_ROWS, HEAD_DIM),
+    "k_norm": (K_NORM_ROWS, HEAD_DIM),
+}
 
 
 if __name__ == "__main__":

@@ -2,15 +2,11 @@
 
 The Triton backend is chosen *before* triton is imported: without a CUDA GPU,
 kernels run under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors.
+Tests import the snippet modules and ``bench`` at top level: pyproject.toml's
+``pythonpath`` puts ``snippets/`` and the repository root on ``sys.path``.
 """
 import os
-import pathlib
 import sys
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for extra in (ROOT / "snippets", ROOT):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
     raise RuntimeError("triton was imported before tests/conftest.py chose the backend")

@@ -9,7 +9,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench import exp_step
-from qwen3_configs import tiny_qwen3_config
+from qwen3_configs import rmsnorm_count, tiny_qwen3_config
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
 
@@ -25,7 +25,7 @@ def _model(norm_cls=None, device="cpu"):
     finally:
         if undo:
             undo()
-    return model.to(device), 4 * config.num_hidden_layers + 1
+    return model.to(device), rmsnorm_count(config)
 
 
 def _profile(model, annotate=True, on_gpu=False):

@@ -8,7 +8,7 @@ import torch
 
 from p1_profile_step import (annotate_decoder_layers, category_table, device_events, kernel_category, kernel_table,
                              launch_summary, layer_timeline, load_trace, memory_bound_runs, outermost,
-                             profile_training_step, range_launches, short_kernel_name, time_ms, top_ops,
+                             profile_training_step, range_launches, short_kernel_name, top_ops,
                              training_step)
 from p1_static_read import build_qwen3
 from qwen3_configs import tiny_qwen3_config
@@ -145,7 +145,7 @@ def test_removing_the_hooks_removes_the_ranges(profiled, tmp_path):
         layer_timeline(events, "decoder_layer.0")
 
 
-def test_training_step_and_timer():
+def test_training_step():
     torch.manual_seed(0)
     model = build_qwen3(tiny_qwen3_config(num_hidden_layers=1), device="cpu")
     input_ids = torch.randint(0, model.config.vocab_size, (1, 8))
@@ -153,8 +153,6 @@ def test_training_step_and_timer():
     assert loss.ndim == 0 and torch.isfinite(loss)
     # random init: next-token loss is close to log(vocab)
     assert abs(loss.item() - torch.log(torch.tensor(float(model.config.vocab_size))).item()) < 1.0
-    stats = time_ms(lambda: training_step(model, input_ids), warmup_ms=0, rep_ms=1, on_gpu=False)
-    assert stats["n"] >= 3 and 0 < stats["min_ms"] <= stats["median_ms"]
 
 
 def test_layer_timeline_on_a_gpu_trace_follows_correlation_ids():

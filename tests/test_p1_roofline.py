@@ -5,12 +5,12 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from p1_fx_trace import op_kinds, try_symbolic_trace
 from p1_roofline import attainable, fusable_points, ridge_point, time_floor_us
-from qwen3_configs import qwen3_config, tiny_qwen3_config
+from qwen3_configs import BENCH_SEQ_LEN, BENCH_TOKENS, qwen3_config, tiny_qwen3_config
 
 
 @pytest.fixture(scope="module")
 def points_8b():
-    return {p["name"]: p for p in fusable_points(qwen3_config("8B"), tokens=16384, seq_len=4096)}
+    return {p["name"]: p for p in fusable_points(qwen3_config("8B"), tokens=BENCH_TOKENS, seq_len=BENCH_SEQ_LEN)}
 
 
 def test_rmsnorm_8b_by_hand(points_8b):
@@ -42,7 +42,7 @@ def test_qkv_and_softmax_8b_by_hand(points_8b):
     qkv = points_8b["QKV merge"]
     out = (32 + 2 * 8) * 128
     assert qkv["fused"]["flops"] == 2 * 4096 * out
-    weights_per_token = 2 * 4096 * out / 16384
+    weights_per_token = 2 * 4096 * out / BENCH_TOKENS
     assert qkv["fused"]["bytes"] == pytest.approx(2 * 4096 + 2 * out + weights_per_token)
     assert qkv["eager"]["bytes"] - qkv["fused"]["bytes"] == pytest.approx(2 * 2 * 4096)  # x read twice more
     soft = points_8b["Attention softmax"]

@@ -4,7 +4,7 @@ import torch
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 from transformers import Qwen3ForCausalLM
 
-from qwen3_configs import qwen3_config, tiny_qwen3_config
+from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
 from qwen3_patch import (
     HF_QWEN3_RMSNORM,
     count_modules,
@@ -55,7 +55,7 @@ def build_pair(device, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_patched_tiny_qwen3_matches_loss_and_grads(device, dtype):
     config, reference, patched = build_pair(device, dtype)
-    assert count_modules(patched, TritonQwen3RMSNorm) == 4 * config.num_hidden_layers + 1
+    assert count_modules(patched, TritonQwen3RMSNorm) == rmsnorm_count(config)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config.vocab_size, (2, 16), generator=gen).to(device)
     losses = []
@@ -80,7 +80,7 @@ def test_replace_in_place_keeps_parameters(device):
     with torch.no_grad():
         expected = model(input_ids=ids).logits
     params_before = {id(p) for p in model.parameters()}
-    assert replace_rmsnorm_modules(model) == 4 * config.num_hidden_layers + 1
+    assert replace_rmsnorm_modules(model) == rmsnorm_count(config)
     assert {id(p) for p in model.parameters()} == params_before  # optimizer state stays valid
     assert count_modules(model, HF_QWEN3_RMSNORM) == 0
     with torch.no_grad():
