@@ -13,28 +13,28 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from bench import common, prose
+from qwen3_configs import RMSNORM_SHAPES
+from rmsnorm_autotune import rms_norm_forward_autotuned
+from rmsnorm_triton import (backward_config, candidate_configs, forward_config, rms_norm_backward,
+                            rms_norm_forward)
 
 NAME = "tuning"
-WIDTHS = [(16384 * 32, 128), (16384, 1024), (16384, 2048), (16384, 2560), (16384, 4096), (16384, 5120)]
+# (rows, width): q_norm's 128-wide rows and the hidden sizes of the Qwen3 family.
+WIDTHS = [RMSNORM_SHAPES[name] for name in ("q_norm", "H=1024", "H=2048", "H=2560", "H=4096", "H=5120")]
 QUICK_WIDTHS = [(64, 128), (16, 256)]
 EPS = 1e-6
 
 
-def _time(fn, quick):
-    if quick:
-        import time
-
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e6
+def _time(fn):
+    """GPU time per call by CUDA-graph replay (bench.common; a CPU stand-in under --quick)."""
     return common.cuda_graph_time_us([fn], min_calls=10, replays=10)["median_us"]
 
 
 def _configs(width, direction, quick):
     """rmsnorm_triton's candidate configs; a --quick run keeps two tile heights, 4 warps, 2 programs per SM."""
-    from rmsnorm_triton import candidate_configs
-
     configs = candidate_configs(width, direction)
     if quick:
         configs = [c for c in configs if c.block_rows <= 2 and c.num_warps == 4
@@ -47,14 +47,9 @@ def _fields(config, names):
 
 
 def run(args) -> dict:
-    import torch
-
-    from rmsnorm_triton import backward_config, forward_config, rms_norm_backward, rms_norm_forward
-
-    quick = getattr(args, "quick", False)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    quick, _, widths, device, _ = common.gpu_or_quick(args, NAME, QUICK_WIDTHS, WIDTHS)
     results = []
-    for rows, width in (QUICK_WIDTHS if quick else WIDTHS):
+    for rows, width in widths:
         print(f"  width {width}", flush=True)
         gen = torch.Generator(device=device).manual_seed(width)
         x = torch.randn(rows, width, device=device, generator=gen).to(torch.bfloat16)
@@ -66,25 +61,23 @@ def run(args) -> dict:
                  "heuristic_bwd": _fields(backward_config(width),
                                           ("block_rows", "block_cols", "num_warps", "programs_per_sm")),
                  "fwd": [], "bwd": []}
-        entry["heuristic_fwd_us"] = _time(lambda: rms_norm_forward(x, w, EPS), quick)
-        entry["heuristic_bwd_us"] = _time(lambda: rms_norm_backward(dy, x, w, rstd), quick)
+        entry["heuristic_fwd_us"] = _time(lambda: rms_norm_forward(x, w, EPS))
+        entry["heuristic_bwd_us"] = _time(lambda: rms_norm_backward(dy, x, w, rstd))
         for config in _configs(width, "forward", quick):
             entry["fwd"].append({**_fields(config, ("block_rows", "num_warps")),
-                                 "us": _time(lambda: rms_norm_forward(x, w, EPS, config=config), quick)})
+                                 "us": _time(lambda: rms_norm_forward(x, w, EPS, config=config))})
         for config in _configs(width, "backward", quick):
             entry["bwd"].append({**_fields(config, ("block_rows", "num_warps", "programs_per_sm")),
-                                 "us": _time(lambda: rms_norm_backward(dy, x, w, rstd, config=config), quick)})
+                                 "us": _time(lambda: rms_norm_backward(dy, x, w, rstd, config=config))})
         entry["autotune_fwd_pick"] = None if quick else _autotune_pick(x, w)
         results.append(entry)
-    config = {"dtype": "bfloat16", "widths": [list(wd) for wd in (QUICK_WIDTHS if quick else WIDTHS)],
+    config = {"dtype": "bfloat16", "widths": [list(wd) for wd in widths],
               "timer": "median GPU time per call from CUDA-graph replays (10 calls per graph, 10 replays)"}
     return {"config": config, "results": results}
 
 
 def _autotune_pick(x, w):
     """What triton.autotune (snippets/rmsnorm_autotune.py) picks from the same forward candidates."""
-    from rmsnorm_autotune import rms_norm_forward_autotuned
-
     _, best = rms_norm_forward_autotuned(x, w, EPS)
     return {"block_rows": best.kwargs["BLOCK_ROWS"], "num_warps": best.num_warps}
 
