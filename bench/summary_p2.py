@@ -16,7 +16,7 @@ from bench.exp_step import BASELINE, _summary, geometry_zh, tier_zh
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 
 # Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
-LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"loss-curve-.*\.log", r"profile-rmsnorm-.*\.log")
+LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log", r"profile-rmsnorm-.*\.log")
 LOGS = {
     "gpu-kernel-tests-42f31f2.log": "kernel 测试（tests/test_rmsnorm_triton.py）在 H200 上的一次运行，随机扫描一项未过",
     "gpu-tests-85d659c.log": "GPU 全套测试",
@@ -29,6 +29,8 @@ LOGS = {
     "loss-curve-fixed-gate-b370c8a.log": "固定末段阈值的运行；之后阈值改为参照对照自身的噪声（同一作业也跑了 step 实验）",
     "loss-curve-6bee182.log": "loss_curve.json 那次运行的日志",
     "gpu-tests-a63f90f.log": "读者版（两篇精简、方法页、可粘贴的代码块）的 GPU 全套测试，含两篇文章的代码块",
+    "gpu-tests-22ce226.log": "LaunchConfig 与统一计时之后的 GPU 全套测试：3 项失败，都是一个测试把不同 num_warps 下的 rstd/dx 当成逐位相同，已在下一提交修正",
+    "gpu-mutation-int32-offsets-22ce226.log": "变异检查：把 forward 的输出偏移改回 32 位，超过 2^31 个元素的 GPU 测试必须失败（它失败了）",
     "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
 }
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}

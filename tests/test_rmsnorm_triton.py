@@ -386,8 +386,11 @@ def test_passed_config_changes_the_launch_not_the_numbers(width, device, monkeyp
     (grid, kwargs), = bwd_spy.launches
     n_programs = min(9, rmsnorm_triton.sm_count(x.device) * 3)  # 9 tiles of 2 rows
     assert grid == (n_programs,) and kwargs["BLOCK_ROWS"] == 2 and kwargs["num_warps"] == 2
-    # Rows are independent: y, rstd and dx are the same bits; dW sums partials over another grid.
-    assert torch.equal(y2, y) and torch.equal(rstd2, rstd) and torch.equal(dx2, dx)
+    # Rows are independent, but on a GPU num_warps changes the tree of each row's sum, so rstd may
+    # move by an fp32 ulp and y, dx by a bf16 ulp; dW sums its partials over another grid.
+    torch.testing.assert_close(rstd2, rstd, rtol=5e-7, atol=0)
+    torch.testing.assert_close(y2, y, rtol=2**-7, atol=0)
+    torch.testing.assert_close(dx2, dx, rtol=2**-7, atol=1e-3 * dx.abs().max().item())
     torch.testing.assert_close(dw2, dw)
 
 
