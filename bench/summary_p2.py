@@ -31,6 +31,7 @@ LOGS = {
     "gpu-tests-a63f90f.log": "读者版（两篇精简、方法页、可粘贴的代码块）的 GPU 全套测试，含两篇文章的代码块",
     "gpu-tests-22ce226.log": "LaunchConfig 与统一计时之后的 GPU 全套测试：3 项失败，都是一个测试把不同 num_warps 下的 rstd/dx 当成逐位相同，已在下一提交修正",
     "gpu-mutation-int32-offsets-22ce226.log": "变异检查：把 forward 的输出偏移改回 32 位，超过 2^31 个元素的 GPU 测试必须失败（它失败了）",
+    "gpu-tests-057ed76.log": "修正之后的 GPU 全套测试（含两篇文章的代码块与超过 2^31 个元素的测试）",
     "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
 }
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
