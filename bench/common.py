@@ -190,11 +190,6 @@ def provenance_table(records: dict[str, dict]) -> str:
     return md_table(["数据文件", "提交", "测量日期", "重新生成的命令"], rows, align="llll")
 
 
-def setup_caption(*parts: str, sep: str = "，") -> str:
-    """An italic one-line Chinese caption under a table: the non-empty parts joined by ``sep``."""
-    return "\n*" + sep.join(p for p in parts if p) + "。*\n"
-
-
 def dtype_short(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
 

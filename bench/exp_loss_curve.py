@@ -236,7 +236,6 @@ def render(data: dict) -> dict[str, str]:
 
 PLOT_LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}
 PLOT_DIFFS = {"triton": "生产版 − HF", "control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）"}
-PLOT_VARIANTS = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}
 
 
 def _plot(data: dict) -> str:
@@ -255,7 +254,7 @@ def _plot(data: dict) -> str:
         top.plot(steps, losses["hf"], color=colors["hf"], linewidth=1.6, label=PLOT_LABELS["hf"])
         top.plot(steps, losses["triton"], color=colors["triton"], linewidth=1.0, linestyle="--",
                  label=PLOT_LABELS["triton"])
-        top.set_title(PLOT_VARIANTS.get(variant, variant), fontsize=10)
+        top.set_title(VARIANT_ZH.get(variant, variant), fontsize=10)
         top.set_ylabel("训练 loss（nats/字节）")
         top.legend(fontsize=8)
         largest = 0.0

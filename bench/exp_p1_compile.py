@@ -29,7 +29,7 @@ import time
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
 
-from bench import common
+from bench import common, prose
 from p1_compile_capture import capture_output_code, compile_rmsnorm, generated_kernels, graph_kind, kernel_body
 from p1_fx_trace import DecoderLayerCall
 from p1_profile_step import device_events, load_trace
@@ -157,7 +157,7 @@ GRAPH_ZH = {"forward": "前向", "backward": "反向"}
 
 def _caption(data, extra=""):
     c = data["config"]
-    return common.setup_caption(
+    return prose.caption(
         f"一个 Qwen3DecoderLayer，Qwen3-{c['size']} 几何，{common.dtype_short(c['dtype'])}，{c['attention']}",
         "forward 开着 autograd", extra, sep="；")
 
@@ -203,7 +203,7 @@ def _layer_kernels_table(data):
             nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
             rows.append([GRAPH_ZH[graph], f"`{k['name']}`", nodes])
     last = data["results"]["shapes"][-1]
-    return common.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + common.setup_caption(
+    return common.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + prose.caption(
         f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
         "矩阵乘与注意力交给 cuBLAS / sdpa，不在表中", "kernel 名里列着融合进去的 ATen 算子", sep="；")
 

@@ -29,14 +29,14 @@ import pathlib
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-from bench import common
+from bench import common, prose
 from p1_fx_trace import count_patterns, export_decoder_layer, export_model, op_kinds, qwen3_parts, try_symbolic_trace
 from p1_profile_step import (annotate_decoder_layers, annotation, category_table, kernel_table, launch_summary,
                              layer_timeline, load_trace, memory_bound_runs, profile_training_step, top_ops,
                              training_step)
 from p1_static_read import (build_qwen3, expected_rmsnorm_count, modeling_source, module_class_counts,
                             parameter_counts, source_of)
-from qwen3_configs import qwen3_config, tiny_qwen3_config
+from qwen3_configs import NORMS_PER_LAYER, qwen3_config, tiny_qwen3_config
 
 NAME = "p1_profile"
 LAYER = "decoder_layer.1"
@@ -199,14 +199,14 @@ def _caption(data, lead=STEP_ZH, seq_len=True, extra=""):
     setup = "，".join(p for p in (f"Qwen3-{c['size']} 层几何", f"{c['layers']} 个解码层", f"B={c['batch']}",
                                   f"T={c['seq_len']}" if seq_len else "", common.dtype_short(c["dtype"]),
                                   c["attention"]) if p)
-    return common.setup_caption(f"{lead}：{setup}" + (f"。{extra}" if extra else ""))
+    return prose.caption(f"{lead}：{setup}" + (f"。{extra}" if extra else ""))
 
 
 def _modules_table(data):
     s = data["results"]["static"]
     rows = [[f"`{name}`", f"{count:,}", f"{s['parameters'].get(name, 0):,}"] for name, count in s["modules"].items()]
     table = common.md_table(["模块类", "个数", "参数量（自身）"], rows)
-    return table + common.setup_caption(
+    return table + prose.caption(
         f"Qwen3-{s['size']}，{s['num_hidden_layers']} 层，在 meta 设备上构建，共 {s['total_parameters']:,} 个参数",
         f"Qwen3RMSNorm 个数 = 4 × {s['num_hidden_layers']} + 1 = {s['expected_rmsnorm']}", sep="；")
 
@@ -226,17 +226,17 @@ def _graph_table(data):
 def _export_layer_table(data):
     g = data["results"]["static"]["graph"]
     rows = [[f"`{k}`", v] for k, v in g["export_layer_op_kinds"].items()]
-    return common.md_table(["ATen 算子", "次数"], rows) + common.setup_caption(
+    return common.md_table(["ATen 算子", "次数"], rows) + prose.caption(
         "用 `torch.export` 导出一个 `Qwen3DecoderLayer`，按种类统计 ATen 算子")
 
 
 def _export_patterns_table(data):
     g = data["results"]["static"]["graph"]
     layers = g["export_model_layers"]
-    expected = {"RMSNorm": f"4 × {layers} + 1 = {4 * layers + 1}", "RoPE rotate_half": f"2 × {layers} = {2 * layers}",
+    expected = {"RMSNorm": f"{NORMS_PER_LAYER} × {layers} + 1 = {NORMS_PER_LAYER * layers + 1}", "RoPE rotate_half": f"2 × {layers} = {2 * layers}",
                 "SwiGLU": f"1 × {layers} = {layers}"}
     rows = [[name, count, expected.get(name, "")] for name, count in g["export_model_patterns"].items()]
-    return common.md_table(["融合模式", "图中匹配次数", "按模块个数推算"], rows) + common.setup_caption(
+    return common.md_table(["融合模式", "图中匹配次数", "按模块个数推算"], rows) + prose.caption(
         f"用 `torch.export` 导出整个 `Qwen3ForCausalLM`：{layers} 层（宽度取得很小，算子个数与宽度无关）",
         f"共 {g['export_model_ops']:,} 个 ATen 算子")
 
@@ -335,12 +335,8 @@ def _sweep_plot(data):
     return common.svg_of(fig)
 
 
-# Kernel categories of snippets/p1_profile_step.py as the timeline's legend names them.
-CATEGORY_NAMES = {
-    "GEMM": "GEMM", "attention": "注意力", "elementwise": "逐元素", "reduction": "归约",
-    "copy / cast / layout": "拷贝/类型转换", "softmax / loss": "softmax/loss", "Triton (Inductor)": "Triton（Inductor）",
-    "other": "其他",
-}
+# Kernel categories as the timeline's legend names them: the tables' names, GEMM kept short.
+CATEGORY_NAMES = common.CATEGORY_ZH | {"GEMM": "GEMM"}
 IDLE_GAP_US = 10.0  # GPU gaps between the layer's kernels shaded on the timeline
 
 

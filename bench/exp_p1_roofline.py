@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
 
-from bench import common
+from bench import common, prose
 from p1_roofline import fusable_points, ridge_point
 from qwen3_configs import qwen3_config, tiny_qwen3_config
 
@@ -207,7 +207,7 @@ def _arrow(before, after):
 
 def _caption(data, extra=""):
     c = data["config"]
-    return common.setup_caption(
+    return prose.caption(
         f"Qwen3-{c['size']} 几何，{common.dtype_short(c['dtype'])}；RMSNorm、RoPE、SwiGLU、QKV 在 B={c['batch']}、"
         f"T={c['seq_len']}（{c['tokens']} 个 token）下，注意力在 B={c['softmax_batch']}、T={c['seq_len']} 下",
         "FLOP 与字节按每 token、每个解码层的 forward 计", extra, sep="；")
@@ -264,7 +264,6 @@ def _measured_table(data):
     return common.md_table(headers, rows, align="llrrrr") + _caption(data, "带宽按该实现自己读写的字节计，计算受限的行不列")
 
 
-POINT_NAMES = {"QKV merge": "QKV 合并", "Attention softmax": "注意力 softmax"}  # others keep their names
 
 
 def _roofline_plot(data):
@@ -296,7 +295,7 @@ def _roofline_plot(data):
                                  facecolors="none" if variant == "eager" else color, edgecolors=color, linewidths=1.6)
                 if variant == "fused" or (variant == "eager" and "fused" not in m):
                     handles.append(dot)
-                    labels.append(POINT_NAMES.get(p["name"], p["name"]))
+                    labels.append(common.FUSION_POINT_ZH.get(p["name"], p["name"]))
         if "eager" in coords and "fused" in coords:
             ax.annotate("", xy=coords["fused"], xytext=coords["eager"],
                         arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})

@@ -201,7 +201,7 @@ def _size(nbytes):
     return f"{nbytes / 2**30:.0f} GiB" if nbytes >= 2**30 else f"{nbytes / 1e6:.0f} MB"
 
 
-# Table labels (the plot keeps LABELS): peers, the teaching kernel and ours.
+# Chinese labels of tables and plots (LABELS keeps the data's own names): peers, the teaching kernel and ours.
 ZH = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
       "naive": "教学版", "triton": "生产版"}
 PEERS = ["hf", "torch_rms_norm", "compile_hf", "liger"]
@@ -395,8 +395,6 @@ def _same_size_table(data):
     return prose.page(table, caption)
 
 
-PLOT_LABELS = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
-               "naive": "教学版", "triton": "生产版"}
 
 
 def _short_label(shape):
@@ -417,7 +415,7 @@ def _bandwidth_plot(data):
         for i, name in enumerate(names):
             values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
-                   label=PLOT_LABELS.get(name, name), color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
+                   label=ZH.get(name, name), color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
         ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
         ax.set_ylim(0, 112)

@@ -578,22 +578,13 @@ def render(data: dict) -> dict[str, str]:
     }
 
 
-PLOT_TIERS = {
-    "eager": "HF eager",
-    "torch_rmsnorm": "HF + F.rms_norm",
-    "triton_fwd": "HF + 生产版（仅 forward）",
-    "triton": "HF + 生产版（forward + backward）",
-    "compile": "torch.compile(HF)",
-    "triton_compile": "torch.compile(HF + 生产版)",
-    "liger": "Liger（整套 Qwen3 补丁）",
-}
 
 
 def _plot(rows: list[dict], data: dict) -> str:
     plt = common.plot_style()
     ok = [r for r in rows if r["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
-    labels = [PLOT_TIERS.get(r["tier"], r["label"]) for r in ok][::-1]
+    labels = [TIER_ZH.get(r["tier"], r["label"]) for r in ok][::-1]
     y = list(range(len(ok)))
     rms = [r["rms"] or 0.0 for r in ok][::-1]
     rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]

@@ -43,10 +43,19 @@ def times_span(values: Iterable[float], decimals: int = 2) -> str:
     return span(values, lambda v: f"{v:.{decimals}f}")
 
 
+def italic(text: str) -> str:
+    return f"*{text.strip()}*"
+
+
+def caption(*parts: str, sep: str = "，") -> str:
+    """The italic caption line to append to a table: the non-empty parts joined by ``sep``, ending in 。"""
+    return "\n" + italic(sep.join(p for p in parts if p) + "。") + "\n"
+
+
 def page(table: str, caption: str | None = None, takeaway: str | None = None) -> str:
     """Takeaway paragraph, table, italic caption: the layout of every generated table."""
     parts = [takeaway.strip()] if takeaway else []
     parts.append(table.rstrip("\n"))
     if caption:
-        parts.append(f"*{caption.strip()}*")
+        parts.append(italic(caption))
     return "\n\n".join(parts) + "\n"

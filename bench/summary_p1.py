@@ -8,8 +8,9 @@
 """
 from __future__ import annotations
 
-from bench import common
+from bench import common, prose
 from bench.exp_p1_roofline import ridge_flop_per_byte
+from qwen3_configs import NORMS_PER_LAYER
 
 DATA = ("p1_profile", "p1_roofline", "p1_compile")
 SMALL_KERNELS = ("elementwise", "reduction", "copy / cast / layout")  # the categories fusion targets
@@ -28,7 +29,7 @@ def _fwd_bwd_ratio(entry, name):
 def rmsnorm_point(profile: dict, roofline: dict) -> str:
     static = profile["results"]["static"]
     layers, norms = static["num_hidden_layers"], static["modules"]["Qwen3RMSNorm"]
-    count = f"4 × {layers} + 1 = {norms}" if norms == 4 * layers + 1 else f"{norms}"
+    count = f"{NORMS_PER_LAYER} × {layers} + 1 = {norms}" if norms == NORMS_PER_LAYER * layers + 1 else f"{norms}"
     kernels = {p["name"]: p for p in roofline["results"]["points"]}["RMSNorm"]["eager"]["kernels"]
     return (f"Qwen3-{static['size']} 有 {count} 个 RMSNorm（每层 4 个，含 q_norm / k_norm，再加输出前的 1 个）；"
             f"eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
@@ -97,7 +98,7 @@ def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
     records = {"p1_profile.json": profile, profile["results"]["main"]["trace_file"]: profile,
                "p1_roofline.json": roofline, "p1_compile.json": compiled}
     folder = f"docs/data/{common.gpu_slug(profile['environment'].get('gpu') or 'cpu')}/"
-    return common.provenance_table(records) + common.setup_caption(
+    return common.provenance_table(records) + prose.caption(
         f"数据文件都在 `{folder}` 下；提交是测量时的 commit；从数据重新生成表格与图：`python -m bench.render`")
 
 
