@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 # --8<-- [end:imports]
 
-MAX_COLS = 16384  # one row lives in registers; wider rows need a chunked kernel
+MAX_COLS = 16384  # widest row held in registers; wider rows take the chunked kernels
 
 
 # --8<-- [start:fwd_kernel]
@@ -219,6 +219,94 @@ def rms_norm_bwd_kernel(
 # --8<-- [end:bwd_kernel]
 
 
+# --8<-- [start:chunked_kernels]
+@triton.jit
+def rms_norm_fwd_chunked_kernel(
+    X, W, Y, RSTD,
+    n_rows, n_cols, eps, eps_low,
+    size1, size2, x_stride0, x_stride1, x_stride2,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,  # the chunk: rows of any width are walked chunk by chunk
+    COMPUTE_DTYPE: tl.constexpr,
+):
+    # For rows too wide for registers. Pass 1 sums squares chunk by chunk; pass 2
+    # reads the row again, last chunk first, so most of it still comes from L2.
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+    n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
+    squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    for chunk in range(n_chunks):
+        cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        squares += x * x
+    rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
+    for chunk in range(n_chunks):
+        cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def rms_norm_bwd_chunked_kernel(
+    DY, X, W, RSTD, DX, DW_PARTIAL,
+    n_rows, n_cols, eps, eps_low, tiles_per_program,
+    size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    RECOMPUTE_RSTD: tl.constexpr,
+):
+    # Persistent like rms_norm_bwd_kernel, but a row tile is walked in chunks twice:
+    # pass 1 forms the row dot product, pass 2 (mostly from L2) writes dX and adds
+    # the tile's dW into this program's partial row, which lives in global memory.
+    program = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
+    partial = DW_PARTIAL + program.to(tl.int64) * n_cols
+    strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+    if COMPUTE_DW:
+        for chunk in range(n_chunks):
+            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            tl.store(partial + cols, tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE),
+                     mask=cols < n_cols)
+    for tile in range(tiles_per_program):
+        rows = (program + tile * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < n_rows
+        wdy_x = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+        squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+        for chunk in range(n_chunks):
+            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides)
+            x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+            wdy_x += w[None, :] * dy * x
+            if RECOMPUTE_RSTD:
+                squares += x * x
+        if RECOMPUTE_RSTD:
+            rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low,
+                            COMPUTE_DTYPE)
+        else:
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
+        c = tl.sum(wdy_x, axis=1) * rstd / n_cols  # mean(w*dy * x_hat) per row
+        for chunk in range(n_chunks):
+            cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides)
+            x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+            x_hat = x * rstd[:, None]
+            _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, rows, cols, row_mask, n_cols)
+            if COMPUTE_DW:
+                x_hat = x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
+                dw = tl.load(partial + cols, mask=cols < n_cols, other=0.0)
+                tl.store(partial + cols, dw + tl.sum(dy * x_hat, axis=0),
+                         mask=cols < n_cols)
+# --8<-- [end:chunked_kernels]
+
+
 # --8<-- [start:dw_reduce_kernel]
 @triton.jit
 def dw_reduce_kernel(
@@ -266,8 +354,11 @@ class LaunchConfig:
     tail_cols: int
     num_warps: int
     programs_per_sm: int = 1  # backward only: resident programs of the persistent grid
+    chunked: bool = False  # walk the row in chunks of block_cols (the *_chunked kernels)
 
     def constexprs(self) -> dict[str, int]:
+        if self.chunked:
+            return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols}
         return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols,
                 "TAIL_COLS": self.tail_cols}
 
@@ -279,6 +370,8 @@ def forward_config(n_cols: int) -> LaunchConfig:
     (16 rows of 128 for q_norm/k_norm). Rows of 2048 to 5120: one row per program
     and 2 warps won at every Qwen3 width; wider rows need more warps for registers.
     """
+    if n_cols > MAX_COLS:
+        return LaunchConfig(1, 4096, 0, 8, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes < 2048:
@@ -297,6 +390,8 @@ def backward_config(n_cols: int) -> LaunchConfig:
     2 programs per SM. Rows past 8192 need 32 warps to hold x, dy and the dW
     accumulator in registers.
     """
+    if n_cols > MAX_COLS:
+        return LaunchConfig(1, 2048, 0, 8, programs_per_sm=2, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
@@ -317,14 +412,23 @@ def candidate_configs(n_cols: int, direction: str) -> list[LaunchConfig]:
 
     Tiles of BLOCK_ROWS x (BLOCK_COLS + TAIL_COLS) stay register-sized: up to 16384
     values in the forward, 8192 in the backward (x, dy and the dW accumulator).
+    Rows of 4096 and wider also try the chunked kernels (chunks of 1024 to 4096);
+    rows wider than MAX_COLS have only those.
     """
-    block_cols, tail_cols = column_blocks(n_cols)
     max_tile, warps, per_sm = {"forward": (16384, (2, 4, 8, 16), (1,)),
                                "backward": (8192, (4, 8, 16), (1, 2, 4, 8))}[direction]
-    rows = [r for r in (1, 2, 4, 8, 16, 32, 64)
-            if r == 1 or r * (block_cols + tail_cols) <= max_tile]
-    return [LaunchConfig(r, block_cols, tail_cols, w, p)
-            for r in rows for w in warps for p in per_sm]
+    configs = []
+    if n_cols <= MAX_COLS:
+        block_cols, tail_cols = column_blocks(n_cols)
+        rows = [r for r in (1, 2, 4, 8, 16, 32, 64)
+                if r == 1 or r * (block_cols + tail_cols) <= max_tile]
+        configs += [LaunchConfig(r, block_cols, tail_cols, w, p)
+                    for r in rows for w in warps for p in per_sm]
+    if n_cols >= 4096:
+        configs += [LaunchConfig(r, chunk, 0, w, p, chunked=True)
+                    for chunk in (1024, 2048, 4096) for r in (1, 2)
+                    for w in (4, 8) for p in per_sm[:3]]
+    return configs
 
 
 @functools.lru_cache(maxsize=None)
@@ -353,9 +457,6 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
                          f"dim; got {tuple(weight.shape)}")
     if not (isinstance(eps, (int, float)) and eps > 0 and eps != float("inf")):
         raise ValueError(f"eps must be a positive finite float, got {eps!r}")
-    if x.shape[-1] > MAX_COLS:
-        raise ValueError(
-            f"rows wider than {MAX_COLS} are not supported (got {x.shape[-1]})")
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     expected = "cpu" if interpreted else "cuda"
     for name, tensor in (("x", x), ("weight", weight)):
@@ -372,14 +473,23 @@ def check_config(config: LaunchConfig, n_cols: int) -> None:
     """Reject a launch config that the kernels cannot run on rows of n_cols."""
     if not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}")
-    split = column_blocks(n_cols)
-    if (config.block_cols, config.tail_cols) != split:
-        raise ValueError(f"config has (block_cols, tail_cols) = "
-                         f"{(config.block_cols, config.tail_cols)}; rows of {n_cols} "
-                         f"need column_blocks' power-of-two split {split}")
 
     def power_of_two(value):
         return isinstance(value, int) and value >= 1 and value & (value - 1) == 0
+
+    split = column_blocks(n_cols)
+    if config.chunked:
+        if config.tail_cols != 0 or not power_of_two(config.block_cols):
+            raise ValueError("a chunked config needs a power-of-two block_cols (the "
+                             f"chunk) and tail_cols=0, got {config.block_cols}, "
+                             f"{config.tail_cols}")
+    elif n_cols > MAX_COLS:
+        raise ValueError(f"rows of {n_cols} are wider than MAX_COLS={MAX_COLS}: "
+                         "only a chunked config can run them")
+    elif (config.block_cols, config.tail_cols) != split:
+        raise ValueError(f"config has (block_cols, tail_cols) = "
+                         f"{(config.block_cols, config.tail_cols)}; rows of {n_cols} "
+                         f"need column_blocks' power-of-two split {split}")
 
     if not power_of_two(config.block_rows):
         raise ValueError(
@@ -477,7 +587,8 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
         config = forward_config(args["n_cols"])
     else:
         check_config(config, args["n_cols"])
-    rms_norm_fwd_kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
+    kernel = rms_norm_fwd_chunked_kernel if config.chunked else rms_norm_fwd_kernel
+    kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
         **args, **config.constexprs(), num_warps=config.num_warps)
     return y, rstd
 # --8<-- [end:fwd_wrapper]
@@ -514,7 +625,8 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = (torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device)
                   if compute_dw else dx)
-    rms_norm_bwd_kernel[(n_programs,)](
+    kernel = rms_norm_bwd_chunked_kernel if config.chunked else rms_norm_bwd_kernel
+    kernel[(n_programs,)](
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
         n_rows, n_cols, *split_eps(eps or 0.0, compute),
         triton.cdiv(n_tiles, n_programs),

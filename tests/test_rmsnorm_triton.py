@@ -224,7 +224,6 @@ def test_one_dim_input(device):
         (lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), -1e-6), ValueError, "eps"),
         (lambda d: (torch.randn(2, 8, device=d), torch.ones(8, device=d), float("nan")), ValueError, "eps"),
         (lambda d: (torch.tensor(1.0, device=d), torch.ones(1, device=d), 1e-6), ValueError, "0-dim"),
-        (lambda d: (torch.randn(1, 16385, device=d), torch.ones(16385, device=d), 1e-6), ValueError, "wider than"),
     ],
 )
 def test_bad_input_is_rejected(make, error, message, device):
@@ -333,8 +332,8 @@ def test_candidate_configs_are_the_published_sweep():
     data = json.loads((pathlib.Path(__file__).parents[1] / "docs/data/h200/tuning.json").read_text())
     for entry in data["results"]:
         width = entry["width"]
-        fwd = rmsnorm_triton.candidate_configs(width, "forward")
-        bwd = rmsnorm_triton.candidate_configs(width, "backward")
+        fwd = [c for c in rmsnorm_triton.candidate_configs(width, "forward") if not c.chunked]
+        bwd = [c for c in rmsnorm_triton.candidate_configs(width, "backward") if not c.chunked]
         assert [(c.block_rows, c.num_warps) for c in fwd] == [(e["block_rows"], e["num_warps"]) for e in entry["fwd"]]
         assert [(c.block_rows, c.num_warps, c.programs_per_sm) for c in bwd] == [
             (e["block_rows"], e["num_warps"], e["programs_per_sm"]) for e in entry["bwd"]]
@@ -348,7 +347,7 @@ def test_candidate_configs_are_the_published_sweep():
             assert configs and len(set(configs)) == len(configs), (n_cols, direction)
             for c in configs:
                 rmsnorm_triton.check_config(c, n_cols)
-                assert c.block_rows == 1 or c.block_rows * (c.block_cols + c.tail_cols) <= max_tile
+                assert c.chunked or c.block_rows == 1 or c.block_rows * (c.block_cols + c.tail_cols) <= max_tile
                 assert direction == "backward" or c.programs_per_sm == 1
 
 
@@ -404,6 +403,8 @@ def test_passed_config_changes_the_launch_not_the_numbers(width, device, monkeyp
     (dict(num_warps=64), ValueError, "num_warps must be 1, 2, 4, 8, 16 or 32"),
     (dict(num_warps=6), ValueError, "num_warps"),
     (dict(programs_per_sm=0), ValueError, "programs_per_sm must be a positive int"),
+    (dict(chunked=True, block_cols=1000, tail_cols=0), ValueError, "power-of-two block_cols"),
+    (dict(chunked=True, block_cols=1024, tail_cols=512), ValueError, "tail_cols=0"),
     (None, TypeError, "config must be a LaunchConfig"),
 ])
 def test_invalid_configs_are_rejected(change, error, message, device):
@@ -435,6 +436,8 @@ def sweep_cases(n_cases=320, seed=2026):
     rng = random.Random(seed)
     # includes widths on the block + tail path: 300, 1536, 2560, 3000, 5120, 6144, 12288
     widths = [128, 1024, 2048, 2560, 4096, 5120, 64, 96, 200, 300, 1000, 1536, 3000, 6144, 8192, 12288, 16384, 1, 17]
+    widths += [rng.randint(256, 16384) for _ in range(16)]  # any width in the swept range
+    widths += [16385, 20000, 40000, 65536]  # wider than MAX_COLS: the chunked kernels
     return [(case, rng.choice(DTYPES), rng.choice(widths), rng.choice([1, 3, 64, 255, 1024, 4099]),
              rng.choice([1e-6, 1e-5, 1e-3]), rng.choice(["contiguous", "rows_strided", "heads_transposed"]),
              rng.choice([2, 4, 8]), rng.choice([0.01, 1.0, 30.0])) for case in range(n_cases)]
@@ -449,6 +452,8 @@ def test_sweep_cases_cover_dtypes_layouts_and_tail_widths():
     assert {c[5] for c in cases} == {"contiguous", "rows_strided", "heads_transposed"}
     tail_widths = {c[2] for c in cases if rmsnorm_triton.column_blocks(c[2])[1]}
     assert {2560, 5120, 12288} <= tail_widths
+    assert sum(c[2] > rmsnorm_triton.MAX_COLS for c in cases) >= 20  # the chunked path
+    assert len({c[2] for c in cases if 256 < c[2] < 16384}) >= 25
     assert sum(len(cases[k::SWEEP_CHUNKS]) for k in range(SWEEP_CHUNKS)) == len(cases)
 
 
@@ -728,3 +733,93 @@ def test_more_than_2_pow_31_elements():  # pragma: gpu only, ~16 GiB of GPU memo
         check_rows_of_a_large_input(n_rows, n_cols, "cuda")
     finally:
         torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- chunked kernels (wide rows)
+
+def chunked(rows, chunk, warps=4, per_sm=2):
+    return rmsnorm_triton.LaunchConfig(rows, chunk, 0, warps, per_sm, chunked=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n_cols, config", [(300, chunked(1, 128)), (300, chunked(2, 64)),
+                                            (1000, chunked(2, 256)), (128, chunked(4, 128))])
+def test_chunked_kernels_match_fp64_and_hf(n_cols, config, dtype, device, on_gpu):
+    """Any width in chunks: a masked last chunk, several rows per tile, saved or recomputed rstd."""
+    x, w, dy = random_inputs((3, 5, n_cols), dtype, device, seed=n_cols + config.block_rows)
+    with poisoned_allocations():
+        y, rstd = rms_norm_forward(x, w, 1e-6, config=config)
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+        dx_recomputed, dw_recomputed = rms_norm_backward(dy, x, w, None, eps=1e-6, config=config)
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    tol = 1e-12 if dtype == torch.float64 else REL_TOL[dtype]
+    for got, ref in ((y, ref_y), (dx, ref_dx), (dw, ref_dw), (dx_recomputed, ref_dx), (dw_recomputed, ref_dw)):
+        assert rel_err(got, ref) < tol
+    if dtype == torch.float16 or (dtype == torch.bfloat16 and on_gpu):  # HF's cast order
+        hf = Qwen3RMSNorm(n_cols, eps=1e-6).to(device=device, dtype=dtype)
+        hf.weight.data.copy_(w)
+        assert (y == hf(x)).float().mean().item() > 0.99
+
+
+def test_chunked_backward_writes_dx_only_and_skips_dw(device):
+    x, w, dy = random_inputs((7, 300), torch.float32, device, seed=3)
+    dy_before = dy.clone()
+    _, rstd = rms_norm_forward(x, w, 1e-6, config=chunked(1, 128))
+    dx, dw = rms_norm_backward(dy, x, w, rstd, compute_dw=False, config=chunked(2, 128))
+    assert dw is None and torch.equal(dy, dy_before)
+    assert rel_err(dx, fp64_reference(x, w, 1e-6, dy)[1]) < REL_TOL[torch.float32]
+
+
+def test_chunked_gradcheck_fp64_through_autograd(device, monkeypatch):
+    monkeypatch.setattr(rmsnorm_triton, "forward_config", lambda n: chunked(2, 64))
+    monkeypatch.setattr(rmsnorm_triton, "backward_config", lambda n: chunked(2, 64))
+    x = torch.randn(2, 3, 150, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(150, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-6), (x, w), fast_mode=True)
+
+
+def test_chunked_strided_views(device):
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 4, 3, 200, generator=gen, dtype=torch.float64).transpose(1, 2).to(device)
+    dy = torch.randn(2, 4, 3, 200, generator=gen, dtype=torch.float64).transpose(1, 2).to(device)
+    w = torch.randn(200, generator=gen, dtype=torch.float64).to(device)
+    y, rstd = rms_norm_forward(x, w, 1e-6, config=chunked(2, 64))
+    dx, dw = rms_norm_backward(dy, x, w, rstd, config=chunked(1, 64))
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    assert rel_err(y, ref_y) < 1e-12 and rel_err(dx, ref_dx) < 1e-10 and rel_err(dw, ref_dw) < 1e-10
+
+
+def test_rows_wider_than_max_cols_take_the_chunked_path(device, on_gpu):
+    n_cols = 3 * rmsnorm_triton.MAX_COLS + 5 if on_gpu else rmsnorm_triton.MAX_COLS + 300
+    assert rmsnorm_triton.forward_config(n_cols).chunked and rmsnorm_triton.backward_config(n_cols).chunked
+    x, w, dy = random_inputs((64 if on_gpu else 3, n_cols), torch.bfloat16, device, seed=5)
+    y, dx, dw = run_triton(x, w, 1e-6, dy)
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for got, ref in ((y, ref_y), (dx, ref_dx), (dw, ref_dw)):
+        assert rel_err(got, ref) < REL_TOL[torch.bfloat16]
+    _, dx2, dw2 = run_triton(x, w, 1e-6, dy)
+    assert torch.equal(dw, dw2) and torch.equal(dx, dx2)  # deterministic
+
+
+def test_register_config_is_refused_for_rows_wider_than_max_cols(device):
+    n_cols = rmsnorm_triton.MAX_COLS + 1
+    x, w, _ = random_inputs((1, n_cols), torch.float32, device, seed=6)
+    block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
+    with pytest.raises(ValueError, match="only a chunked config"):
+        rms_norm_forward(x, w, 1e-6, config=rmsnorm_triton.LaunchConfig(1, block_cols, tail_cols, 8))
+
+
+@pytest.mark.gpu
+def test_gradcheck_fp64_wide_rows():  # pragma: gpu only
+    x = torch.randn(3, 20000, dtype=torch.float64, device="cuda", requires_grad=True)
+    w = torch.randn(20000, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-6), (x, w), fast_mode=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_cols", [3000, 12288, 65536])
+def test_dw_is_deterministic_at_any_width(n_cols):  # pragma: gpu only
+    x, w, dy = random_inputs((4096, n_cols), torch.bfloat16, "cuda", seed=n_cols)
+    _, dx1, dw1 = run_triton(x, w, 1e-6, dy)
+    _, dx2, dw2 = run_triton(x, w, 1e-6, dy)
+    assert torch.equal(dw1, dw2) and torch.equal(dx1, dx2)

@@ -1,0 +1,163 @@
+"""Launch-config exploration at many row widths (input to forward_config / backward_config).
+
+    python -m bench.explore_widths --out DIR [--widths 256,300,...] [--quack-widths ...]
+
+For each width (16384 rows, bf16) it times every ``candidate_configs`` entry of the
+production kernel, forward and backward separately, by CUDA-graph replay over rotating
+inputs, and next to them F.rms_norm, Liger and (where importable) quack. All Triton
+configs are compiled first by worker processes, so the timing loop only loads them.
+Writes ``explore_widths.json`` into DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import pathlib
+import time
+
+import torch
+
+from bench import common
+from rmsnorm_triton import candidate_configs, rms_norm_backward, rms_norm_forward
+
+ROWS = 16384
+DEVICE = "cuda" if common.gpu_available() else "cpu"  # cpu: a smoke test under the interpreter
+EPS = 1e-6
+WIDTHS = [256, 300, 384, 512, 576, 640, 768, 896, 1000, 1024, 1152, 1280, 1536, 1600, 2000,
+          2048, 2304, 2560, 2880, 3000, 3072, 3584, 4096, 4608, 5000, 5120, 5376, 6144, 7168,
+          8192, 9216, 10000, 10240, 12288, 13824, 14336, 16384, 20480, 24576, 32768, 65536]
+QUACK_WIDTHS = [576, 1000, 1536, 2304, 3000, 3072, 3584, 5000, 6144, 7168, 8192, 12288, 16384]
+
+
+def _tensors(width, sets, seed=0):
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + width)
+    out = []
+    for _ in range(sets):
+        x = torch.randn(ROWS, width, device=DEVICE, generator=gen).to(torch.bfloat16)
+        dy = torch.randn(ROWS, width, device=DEVICE, generator=gen).to(torch.bfloat16)
+        out.append((x, dy))
+    w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(torch.bfloat16)
+    return out, w
+
+
+def _compile_worker(jobs):
+    """Run each (width, direction, config) once: fills Triton's on-disk cache."""
+    for width, direction, config in jobs:
+        # the timed shape: Triton specializes integer arguments (== 1, multiple of 16)
+        x = torch.randn(ROWS, width, device=DEVICE).to(torch.bfloat16)
+        w = torch.ones(width, device=DEVICE, dtype=torch.bfloat16)
+        try:
+            y, rstd = rms_norm_forward(x, w, EPS, config=config if direction == "fwd" else None)
+            if direction == "bwd":
+                rms_norm_backward(torch.randn_like(x), x, w, rstd, config=config)
+        except Exception as error:  # recorded again (with the message) by the timing loop
+            print(f"compile {width} {config}: {error}", flush=True)
+    torch.cuda.synchronize()
+
+
+def precompile(widths, workers=12):
+    jobs = [(width, direction, config) for width in widths
+            for direction, name in (("fwd", "forward"), ("bwd", "backward"))
+            for config in candidate_configs(width, name)]
+    start = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        pool.map(_compile_worker, [jobs[i::workers] for i in range(workers)])
+    print(f"precompiled {len(jobs)} configs in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def _time(fns):
+    return common.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
+
+
+def _peers(width, sets, w, with_quack):
+    from liger_kernel.transformers import LigerRMSNorm
+
+    weight = torch.nn.Parameter(w.clone())
+    liger = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(DEVICE,
+                                                                                  torch.bfloat16)
+    liger.weight = weight
+    fns = {"torch_rms_norm": lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS),
+           "liger": liger}
+    result = {}
+    if with_quack:
+        try:
+            from quack.rmsnorm import rmsnorm as quack_rmsnorm
+
+            fns["quack"] = lambda x: quack_rmsnorm(x, weight, eps=EPS)
+        except ImportError as error:
+            result["quack"] = {"error": f"ImportError: {error}"}
+    for name, fn in fns.items():
+        try:
+            leaves = [x.detach().requires_grad_() for x, _ in sets]
+
+            def fwd_bwd(i, fn=fn):
+                weight.grad = None
+                leaves[i].grad = None
+                fn(leaves[i]).backward(sets[i][1])
+
+            with torch.no_grad():
+                fwd = _time([lambda i=i, fn=fn: fn(sets[i][0]) for i in range(len(sets))])
+            both = _time([lambda i=i: fwd_bwd(i) for i in range(len(sets))])
+            result[name] = {"fwd_us": fwd, "fwd_bwd_us": both}
+        except Exception as error:
+            result[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    return result
+
+
+def explore(width, with_quack):
+    nbytes = 2 * ROWS * width * 2
+    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
+    rstds = [rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
+    entry = {"width": width, "rows": ROWS, "input_sets": len(sets), "fwd": [], "bwd": []}
+    for direction, name in (("fwd", "forward"), ("bwd", "backward")):
+        for config in candidate_configs(width, name):
+            fields = {k: getattr(config, k) for k in ("block_rows", "block_cols", "tail_cols",
+                                                      "num_warps", "programs_per_sm", "chunked")}
+            try:
+                if direction == "fwd":
+                    fns = [lambda x=x, c=config: rms_norm_forward(x, w, EPS, config=c)
+                           for x, _ in sets]
+                else:
+                    fns = [lambda x=x, dy=dy, r=r, c=config: rms_norm_backward(dy, x, w, r, config=c)
+                           for (x, dy), r in zip(sets, rstds)]
+                fields["us"] = _time(fns)
+            except Exception as error:
+                fields["error"] = f"{type(error).__name__}: {error}"[:300]
+            entry[direction].append(fields)
+    entry["default_fwd_us"] = _time([lambda x=x: rms_norm_forward(x, w, EPS) for x, _ in sets])
+    entry["default_bwd_us"] = _time([lambda x=x, dy=dy, r=r: rms_norm_backward(dy, x, w, r)
+                                     for (x, dy), r in zip(sets, rstds)])
+    entry["peers"] = _peers(width, sets, w, with_quack)
+    return entry
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
+    parser.add_argument("--quack-widths", default=",".join(map(str, QUACK_WIDTHS)))
+    args = parser.parse_args()
+    widths = [int(v) for v in args.widths.split(",")]
+    quack_widths = {int(v) for v in args.quack_widths.split(",") if v}
+    if DEVICE == "cuda":
+        precompile(widths)
+    copy = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE, "eager")
+    results = []
+    for width in widths:
+        start = time.perf_counter()
+        entry = explore(width, width in quack_widths)
+        best_f = min(c["us"] for c in entry["fwd"] if "us" in c)
+        best_b = min(c["us"] for c in entry["bwd"] if "us" in c)
+        peers = {k: (v.get("fwd_us"), v.get("fwd_bwd_us")) for k, v in entry["peers"].items()}
+        print(f"{width}: default {entry['default_fwd_us']:.1f}/{entry['default_bwd_us']:.1f} "
+              f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        results.append(entry)
+        payload = {"environment": common.environment(), "copy": copy, "results": results}
+        (args.out / "explore_widths.json").write_text(json.dumps(payload, indent=1))
+
+
+if __name__ == "__main__":
+    main()
