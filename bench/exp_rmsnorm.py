@@ -355,7 +355,7 @@ def at(labels) -> str:
     return f"在 {prose.glue(prose.join(labels), '上')}"
 
 
-def compare_sentence(rows, subject="生产版", other="最快的对手") -> str:
+def compare_sentence(rows, subject="生产版", other="最快的对手", labels=None) -> str:
     """How ``subject`` compares with ``other`` over the shapes: faster, tied (within 1 %) or slower, and where."""
     faster = [r for r in rows if r["ratio"] >= 1 + TIE]
     tied = [r for r in rows if 1 - TIE < r["ratio"] < 1 + TIE]
@@ -371,7 +371,7 @@ def compare_sentence(rows, subject="生产版", other="最快的对手") -> str:
     if tied:
         clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 1%）")
     if slower:
-        who = prose.join(dict.fromkeys(ZH[r["peer"]] for r in slower)) if "peer" in slower[0] else other
+        who = prose.join(dict.fromkeys((labels or ZH)[r["peer"]] for r in slower)) if "peer" in slower[0] else other
         clauses.append(f"{at(r['label'] for r in slower)}比{other}（{who}）慢 "
                        f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
     return "，".join(clauses)
