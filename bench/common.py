@@ -80,18 +80,20 @@ def environment() -> dict:
         "triton": _version("triton"),
         "transformers": _version("transformers"),
         "liger_kernel": None,
+        "quack": None,
         "cuda": torch.version.cuda,
         "gpu": None,
         "gpu_count": 0,
         "driver": None,
         "sm_count": None,
     }
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import version
 
-        env["liger_kernel"] = version("liger-kernel")
-    except Exception:
-        pass
+    for key, distribution in (("liger_kernel", "liger-kernel"), ("quack", "quack-kernels")):
+        try:  # the installed distribution's metadata: quack itself is not imported here
+            env[key] = version(distribution)
+        except Exception:
+            pass
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         env["gpu"] = props.name
@@ -143,7 +145,7 @@ CATEGORY_ZH = {
 FUSION_POINT_ZH = {"RMSNorm": "RMSNorm", "RoPE": "RoPE", "SwiGLU": "SwiGLU", "QKV merge": "QKV 合并",
                    "Attention softmax": "注意力 softmax"}
 ENV_LABELS = {"driver": "驱动", "cuda": "CUDA", "torch": "torch", "triton": "triton", "transformers": "transformers",
-              "liger_kernel": "liger-kernel", "python": "Python"}
+              "liger_kernel": "liger-kernel", "quack": "quack-kernels", "python": "Python"}
 
 
 def _distinct(values) -> str:

@@ -5,17 +5,20 @@
 
 Contenders: HF eager Qwen3RMSNorm, torch.nn.functional.rms_norm (fused in
 PyTorch >= 2.11), torch.compile(HF module), Liger-Kernel's LigerRMSNorm
-(in_place=False: its default writes dX into dY), the naive one-row-per-program
-kernel (篇2 §四/§五) and this project's kernel. bf16 throughout.
+(in_place=False: its default writes dX into dY), quack's CuTe-DSL rmsnorm (CUDA
+only: recorded under results["skipped"] with the reason when it cannot be imported),
+the naive one-row-per-program kernel (篇2 §四/§五) and this project's kernel.
+bf16 throughout.
 
-Bytes counted are the minimum: forward reads x and writes y; backward reads x
-and dy and writes dx; so forward+backward is 5 * rows * H * 2 bytes.
+Bytes counted are the minimum (:func:`min_bytes`): forward reads x and w and writes y;
+backward reads x, dy and w and writes dx and dW; so forward+backward is
+5 * rows * H * 2 bytes plus 3 * H * 2 for the weight.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
+import time
 
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
@@ -40,12 +43,13 @@ SHAPES = [  # (label, rows, width, dy layout)
     _shape("q_norm", "heads_transposed", "q_norm, dy transposed"),
 ]
 QUICK_SHAPES = [("H=256", 64, 256, "contiguous"), ("q 64x128", 64, 128, "heads_transposed")]
-CONTENDERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "naive", "triton"]
+CONTENDERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "quack", "naive", "triton"]
 LABELS = {
     "hf": "HF eager",
     "torch_rms_norm": "F.rms_norm",
     "compile_hf": "compile(HF)",
     "liger": "Liger",
+    "quack": "quack",
     "naive": "naive Triton",
     "triton": "this kernel",
 }
@@ -53,8 +57,49 @@ DTYPE = torch.bfloat16
 EPS = 1e-6
 
 
-def _make_contenders(width, dtype, device):
-    """name -> (forward_fn(x) -> y, parameters) for one width."""
+def min_bytes(rows: int, width: int, fwd_io: int = 2, bwd_io: int = 3, elem: int = 2) -> dict:
+    """The fewest bytes an RMSNorm-like op moves, {"fwd": ..., "fwd_bwd": ...}: ``fwd_io``
+    row-sized tensors in the forward (RMSNorm: x read, y written), ``bwd_io`` in the backward
+    (x and dy read, dx written), plus the weight: read by each direction, dW written once."""
+    tensor, weight = rows * width * elem, width * elem
+    return {"fwd": fwd_io * tensor + weight, "fwd_bwd": (fwd_io + bwd_io) * tensor + 3 * weight}
+
+
+def optional_contender(name: str, skipped: dict, build):
+    """``build()``, or None with the reason in ``skipped[name]`` when that contender cannot run
+    here (not installed, needs CUDA): a skipped contender is recorded, never a crash."""
+    try:
+        return build()
+    except Exception as error:
+        skipped.setdefault(name, repr(error)[:300])
+        return None
+
+
+def quack_rmsnorm():
+    """quack's autograd-aware ``rmsnorm(x, weight, residual=None, eps=..., prenorm=False)``.
+
+    CuTe-DSL kernels: CUDA only. quack's version is in the environment block (common.environment).
+    """
+    if not common.gpu_available():
+        raise RuntimeError("quack runs only on a CUDA GPU")
+    from quack.rmsnorm import rmsnorm
+
+    return rmsnorm
+
+
+def liger_rms_norm():
+    """Liger's functional LigerRMSNorm: fn(x, w, eps) with casting mode llama, in_place=False
+    (its default in_place=True writes dX into the dy buffer, which the timed graphs reuse)."""
+    if not common.gpu_available():
+        raise RuntimeError("Liger's kernels need CUDA (its Triton code does not run under the interpreter)")
+    from liger_kernel.transformers.functional import liger_rms_norm as fn
+
+    return lambda x, w, eps: fn(x, w, eps, casting_mode="llama", in_place=False)
+
+
+def _make_contenders(width, dtype, device, skipped=None):
+    """name -> (forward_fn(x) -> y, parameters) for one width; what cannot run goes in ``skipped``."""
+    skipped = {} if skipped is None else skipped
     weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))
     hf = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=dtype)
     hf.weight = weight
@@ -67,14 +112,24 @@ def _make_contenders(width, dtype, device):
     if device == "cuda":  # pragma: gpu only
         torch._dynamo.reset()
         contenders["compile_hf"] = (torch.compile(hf, dynamic=False), weight)
-        try:
-            from liger_kernel.transformers import LigerRMSNorm
+    else:
+        skipped.setdefault("compile_hf", "timed on a CUDA GPU only")
 
-            liger = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(device=device, dtype=dtype)
-            liger.weight = weight
-            contenders["liger"] = (liger, weight)
-        except ImportError as error:
-            print(f"liger-kernel not importable ({error}); skipped", file=sys.stderr)
+    def liger_module():
+        if device != "cuda":
+            raise RuntimeError("timed on a CUDA GPU only")
+        from liger_kernel.transformers import LigerRMSNorm
+
+        module = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(device=device, dtype=dtype)
+        module.weight = weight
+        return module
+
+    liger = optional_contender("liger", skipped, liger_module)
+    if liger is not None:
+        contenders["liger"] = (liger, weight)
+    quack = optional_contender("quack", skipped, quack_rmsnorm)
+    if quack is not None:
+        contenders["quack"] = (lambda x: quack(x, weight, eps=EPS), weight)
     return contenders
 
 
@@ -100,45 +155,73 @@ def copy_bandwidth(nbytes, device):
     return common.copy_bandwidth(nbytes, device) | {"eager": common.copy_bandwidth(nbytes, device, "eager")}
 
 
+def _sync():
+    if common.gpu_available():
+        torch.cuda.synchronize()
+
+
+def time_contender(entry, name, fn, weight, sets, eager=True, replays=25):
+    """Time ``fn(x) -> y`` over the input sets ``[(x, dy), ...]`` into ``entry[phase][name]``.
+
+    fwd: forward under no_grad; fwd_bwd: forward + backward from fresh leaves. GPU time of
+    CUDA-graph replays cycling over the sets, and with ``eager`` the do_bench time per eager
+    call (fwd_eager, fwd_bwd_eager). ``entry["first_call_s"][name]`` is the wall time of the
+    first forward and forward + backward calls: compiles included. An exception is recorded
+    in ``entry["errors"][name]`` (the tables show a dash) and the run goes on.
+    """
+    leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
+
+    def forward(k):
+        with torch.no_grad():
+            fn(sets[k][0])
+
+    def forward_backward(k):
+        leaves[k].grad = None
+        weight.grad = None
+        fn(leaves[k]).backward(sets[k][1])
+
+    calls = range(len(sets))
+    phases = {"fwd": lambda: common.cuda_graph_time_us([lambda k=k: forward(k) for k in calls], replays=replays),
+              "fwd_bwd": lambda: common.cuda_graph_time_us([lambda k=k: forward_backward(k) for k in calls],
+                                                           replays=replays)}
+    if eager:
+        phases = {"fwd_eager": lambda: common.eager_time_us(lambda: forward(0)),
+                  "fwd_bwd_eager": lambda: common.eager_time_us(lambda: forward_backward(0)), **phases}
+    try:
+        first = {}
+        for phase, call in (("fwd", forward), ("fwd_bwd", forward_backward)):
+            began = time.perf_counter()
+            call(0)
+            _sync()
+            first[phase] = round(time.perf_counter() - began, 3)
+        entry.setdefault("first_call_s", {})[name] = first
+        for phase, timer in phases.items():
+            entry[phase][name] = timer()
+    except Exception as error:  # recorded, not hidden
+        entry["errors"][name] = repr(error)[:300]
+        print(f"    {name} failed: {error!r}"[:300], flush=True)
+        for phase in phases:
+            entry[phase].pop(name, None)
+    for _, dy in sets:
+        assert bool(torch.isfinite(dy).all()), f"{name} modified grad_output"
+
+
 def run(args) -> dict:
     quick, _, shapes, device, _ = common.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
     dtype = DTYPE
     copy_bytes = (64 if quick else 4096) * 2**20
-    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": []}
+    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": [], "skipped": {}}
     for index, (label, rows, width, layout) in enumerate(shapes):
         print(f"  {label}", flush=True)
-        bytes_fwd_bwd = 5 * rows * width * 2
-        n_sets = 1 if quick else common.rotating_input_sets(bytes_fwd_bwd, device)
+        nbytes = min_bytes(rows, width)
+        n_sets = 1 if quick else common.rotating_input_sets(nbytes["fwd_bwd"], device)
         sets = [_inputs(rows, width, layout, dtype, device, seed=100 * index + k) for k in range(n_sets)]
         entry = {"label": label, "rows": rows, "width": width, "dy_layout": layout, "input_sets": n_sets,
-                 "bytes_fwd": 2 * rows * width * 2, "bytes_fwd_bwd": bytes_fwd_bwd,
+                 "bytes_fwd": nbytes["fwd"], "bytes_fwd_bwd": nbytes["fwd_bwd"],
                  "copy_same_bytes": common.copy_bandwidth(2 * rows * width * 2, device),
                  "fwd": {}, "fwd_bwd": {}, "fwd_eager": {}, "fwd_bwd_eager": {}, "errors": {}}
-        for name, (fn, weight) in _make_contenders(width, dtype, device).items():
-            leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
-
-            def forward(k, fn=fn):
-                with torch.no_grad():
-                    fn(sets[k][0])
-
-            def forward_backward(k, fn=fn, weight=weight, leaves=leaves):
-                leaves[k].grad = None
-                weight.grad = None
-                fn(leaves[k]).backward(sets[k][1])
-
-            try:
-                entry["fwd_eager"][name] = common.eager_time_us(lambda: forward(0))
-                entry["fwd_bwd_eager"][name] = common.eager_time_us(lambda: forward_backward(0))
-                entry["fwd"][name] = common.cuda_graph_time_us([lambda k=k: forward(k) for k in range(n_sets)])
-                entry["fwd_bwd"][name] = common.cuda_graph_time_us(
-                    [lambda k=k: forward_backward(k) for k in range(n_sets)])
-            except Exception as error:  # recorded, not hidden: the table shows a dash
-                entry["errors"][name] = repr(error)[:300]
-                print(f"    {name} failed: {error!r}"[:300], flush=True)
-                for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
-                    entry[phase].pop(name, None)
-            for _, dy in sets:
-                assert bool(torch.isfinite(dy).all()), f"{name} modified grad_output"
+        for name, (fn, weight) in _make_contenders(width, dtype, device, results["skipped"]).items():
+            time_contender(entry, name, fn, weight, sets)
         for phase, nbytes in (("fwd", entry["bytes_fwd"]), ("fwd_bwd", entry["bytes_fwd_bwd"]),
                               ("fwd_eager", entry["bytes_fwd"]), ("fwd_bwd_eager", entry["bytes_fwd_bwd"])):
             for stats in entry[phase].values():
@@ -203,8 +286,8 @@ def _size(nbytes):
 
 # Chinese labels of tables and plots (LABELS keeps the data's own names): peers, the teaching kernel and ours.
 ZH = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
-      "naive": "教学版", "triton": "生产版"}
-PEERS = ["hf", "torch_rms_norm", "compile_hf", "liger"]
+      "quack": "quack", "naive": "教学版", "triton": "生产版"}
+PEERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "quack"]  # data files before quack have no "quack"
 PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 TIE = 0.01  # within 1 % of each other counts as a tie: the 20-80 % spread of a median is about 0.5 %
 
@@ -253,7 +336,7 @@ def _ceiling_text(res) -> str:
 
 
 def vs_best_peer(data, phase) -> list[dict]:
-    """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger) and peer ÷ ours."""
+    """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger, quack) and peer ÷ ours."""
     res = data["results"]
     copy = copy_ceiling(res)["gbps"]
     out = []
@@ -272,7 +355,7 @@ def at(labels) -> str:
     return f"在 {prose.glue(prose.join(labels), '上')}"
 
 
-def compare_sentence(rows, subject="生产版", other="最快的对手") -> str:
+def compare_sentence(rows, subject="生产版", other="最快的对手", labels=None) -> str:
     """How ``subject`` compares with ``other`` over the shapes: faster, tied (within 1 %) or slower, and where."""
     faster = [r for r in rows if r["ratio"] >= 1 + TIE]
     tied = [r for r in rows if 1 - TIE < r["ratio"] < 1 + TIE]
@@ -288,7 +371,7 @@ def compare_sentence(rows, subject="生产版", other="最快的对手") -> str:
     if tied:
         clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 1%）")
     if slower:
-        who = prose.join(dict.fromkeys(ZH[r["peer"]] for r in slower)) if "peer" in slower[0] else other
+        who = prose.join(dict.fromkeys((labels or ZH)[r["peer"]] for r in slower)) if "peer" in slower[0] else other
         clauses.append(f"{at(r['label'] for r in slower)}比{other}（{who}）慢 "
                        f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
     return "，".join(clauses)
@@ -309,11 +392,19 @@ def _table(data, phase):
 
 
 def _contender_table(data, phase, caption):
+    """One column per contender in the data (6 columns at most: with quack's, HF eager's goes and the
+    caption says how much slower it was)."""
     shapes = data["results"]["shapes"]
-    names = PEERS + ["triton"]
+    names = [n for n in PEERS + ["triton"] if any(n in s[phase] for s in shapes)]
+    dropped = ""
+    if len(names) > 5:
+        names.remove("hf")
+        ratios = [s[phase]["hf"]["median_us"] / s[phase]["triton"]["median_us"] for s in shapes
+                  if "hf" in s[phase] and "triton" in s[phase]]
+        dropped = f"HF eager 未列出（用时是生产版的 {prose.times_span(ratios, 1)} 倍）。" if ratios else ""
     body = [[_label(s)] + [common.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names] for s in shapes]
     table = common.md_table(["形状"] + [ZH[n] for n in names], body)
-    return prose.page(table, caption + f"bf16，{rows_caption(shapes)}。")
+    return prose.page(table, caption + f"bf16，{rows_caption(shapes)}。{dropped}")
 
 
 def _all_table(data, phase):
@@ -403,25 +494,30 @@ def _short_label(shape):
 
 
 def _bandwidth_plot(data):
-    """% of the copy ceiling per shape and contender: forward above, forward + backward below."""
+    return bandwidth_bars(data, CONTENDERS, ZH, "RMSNorm")
+
+
+def bandwidth_bars(data, contenders, labels, op, figsize=(10, 7.2)):
+    """% of the copy ceiling per shape and contender (bars in ``contenders`` order, named by
+    ``labels``): forward above, forward + backward below. Data laid out as rmsnorm.json."""
     plt = common.plot_style()
     res = data["results"]
     shapes = res["shapes"]
     ceiling = copy_ceiling(res)["gbps"]
-    fig, axes = plt.subplots(2, 1, figsize=(10, 7.2), sharex=True)
-    names = [n for n in CONTENDERS if any(n in s["fwd"] for s in shapes)]
+    fig, axes = plt.subplots(2, 1, figsize=figsize, sharex=True)
+    names = [n for n in contenders if any(n in s["fwd"] for s in shapes)]
     width = 0.84 / len(names)
     for ax, phase, title in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
         for i, name in enumerate(names):
             values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
-                   label=ZH.get(name, name), color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
+                   label=labels.get(name, name), color=common.SERIES_COLORS[i % len(common.SERIES_COLORS)])
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
         ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
         ax.set_ylabel("有效带宽（占拷贝上限 %）")
-        ax.set_title(f"RMSNorm {title}，bf16", fontsize=10, loc="left")
+        ax.set_title(f"{op} {title}，bf16", fontsize=10, loc="left")
         ax.grid(axis="x", visible=False)
     axes[1].set_xticks(range(len(shapes)), [_short_label(s) for s in shapes])
     axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)

@@ -10,10 +10,14 @@ import re
 
 from bench import common, prose
 from bench.exp_loss_curve import variant_zh
-from bench.exp_rmsnorm import ZH, compare_sentence, vs_best_peer
+from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
 from bench.exp_step import BASELINE, _summary, geometry_zh, tier_zh
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
+# Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
+# width_sweep.json: RMSNorm at 43 hidden sizes 256..65536 (bench/exp_width_sweep.py);
+# fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py).
+OPTIONAL_DATA = ("width_sweep", "fused_add")
 
 # Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
 LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log", r"profile-rmsnorm-.*\.log")
@@ -155,7 +159,7 @@ def conclusion(rms: dict, step: dict) -> str:
     table = common.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
                              "峰值显存（GiB）"], rows, "lrrrrr")
 
-    peers = {n: op[n] for n in ("hf", "torch_rms_norm", "compile_hf", "liger") if n in op}
+    peers = {n: op[n] for n in PEERS if n in op}
     best = min(peers, key=peers.get)
     ours = op["triton"]
     text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
@@ -196,10 +200,17 @@ def ridge_sentence(roofline: dict) -> str:
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}
     rms, step, loss = data["rmsnorm"], data["step"], data["loss_curve"]
+    for name in OPTIONAL_DATA:
+        try:
+            data[name] = load(name)
+        except FileNotFoundError:  # not measured yet
+            pass
+    envs = [d["environment"] for d in data.values()]
     gpu = common.gpu_slug(rms["environment"].get("gpu") or "cpu")
     logs = common.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
     out = {
-        "p2_env.md": common.env_box([d["environment"] for d in data.values()], extra_keys=("liger_kernel",)),
+        "p2_env.md": common.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
+                                                                          else ())),
         "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in data.items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),

@@ -1,0 +1,195 @@
+"""bench/exp_width_sweep.py, bench/exp_fused_add.py and quack in bench/exp_rmsnorm.py, as --quick CPU runs.
+
+Each experiment runs at its smoke-test sizes, is saved and loaded as run_all does, and renders:
+tables of at most 6 columns with a Chinese header and a takeaway sentence first, plots with a unit
+label. A contender that cannot run on the CPU (Liger, quack) is recorded as skipped with its
+reason; ours past MAX_COLS is an error string at that width, and the sweep goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+
+import pytest
+
+import rmsnorm_triton
+from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep
+from bench.render import render_all
+from test_generated import UNIT_LABEL
+from test_summary_p2 import tables
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _quick(module, tmp_path):
+    payload = module.run(argparse.Namespace(quick=True))
+    payload["config"]["quick"] = True
+    return json.loads(common.save(module.NAME, payload, tmp_path).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    return _quick(exp_width_sweep, tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    return _quick(exp_fused_add, tmp_path_factory.mktemp("fused"))
+
+
+def _check_artifacts(rendered):
+    for name, text in rendered.items():
+        if name.endswith(".md"):
+            for header in tables(text):
+                assert len(header) <= 6 and CJK.search(" ".join(header)), (name, header)
+        else:
+            assert text.startswith("<?xml") and any(UNIT_LABEL.search(t) for t in common.svg_texts(text)), name
+
+
+def _takeaway(text):
+    first = text.split("\n\n")[0]
+    assert CJK.search(first) and first.endswith("。") and "\n" not in first and not first.startswith("|")
+    return first
+
+
+def test_width_sweep_quick_run_records_errors_and_skips(sweep):
+    shapes = sweep["results"]["shapes"]
+    assert [s["width"] for s in shapes] == exp_width_sweep.QUICK_WIDTHS
+    assert set(sweep["results"]["skipped"]) == {"liger", "quack"}  # CUDA only: reasons, not a crash
+    assert all("CUDA" in reason for reason in sweep["results"]["skipped"].values())
+    for s in shapes:
+        wide = s["width"] > rmsnorm_triton.MAX_COLS
+        assert ("triton" in s["errors"]) == wide and ("triton" in s["fwd"]) != wide
+        assert {"torch_rms_norm", "compile_hf"} <= set(s["fwd"]) & set(s["fwd_bwd"])
+        assert s["bytes_fwd_bwd"] == exp_rmsnorm.min_bytes(s["rows"], s["width"])["fwd_bwd"]
+    assert "MAX_COLS" in exp_width_sweep.__doc__ or "16384" in shapes[-1]["errors"]["triton"]
+    # one static graph per width and grad mode: no recompile of an earlier width's graph
+    assert [s["compiles"]["dynamo_graphs"] for s in shapes] == [2 * (i + 1) for i in range(len(shapes))]
+
+
+def test_width_sweep_renders_and_states_the_facts(sweep):
+    rendered = exp_width_sweep.render(sweep)
+    assert set(rendered) == {"width_sweep.md", "width_sweep.svg"}
+    assert rendered == exp_width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
+    _check_artifacts(rendered)
+    facts = exp_width_sweep.sweep_facts(sweep)
+    wide = exp_width_sweep.QUICK_WIDTHS[-1]
+    assert facts["fwd"]["unsupported"] == [wide] and facts["fwd"]["compared"] == len(exp_width_sweep.QUICK_WIDTHS) - 1
+    first = _takeaway(rendered["width_sweep.md"])
+    assert f"H={wide} 上没有结果" in first
+
+
+def _with_times(sweep, ours, peer, phase="fwd"):
+    """The quick data with ours' and F.rms_norm's times set per width (µs), other peers removed."""
+    data = copy.deepcopy(sweep)
+    ceiling = exp_rmsnorm.copy_ceiling(data["results"])["gbps"]
+    for s in data["results"]["shapes"]:
+        s[phase] = {}
+        for name, us in (("triton", ours(s["width"])), ("torch_rms_norm", peer(s["width"]))):
+            if us is not None:
+                s[phase][name] = {"median_us": us, "gbps": s[f"bytes_{phase}"] / (us * 1e3)}
+        s["errors"] = {}
+    return data, ceiling
+
+
+def test_sweep_facts_follow_the_data(sweep):
+    widths = [256, 1000, 2048, 3000]
+    sweep = copy.deepcopy(sweep)
+    sweep["results"]["shapes"] = [dict(sweep["results"]["shapes"][0], width=w, label=f"H={w}",
+                                       bytes_fwd=exp_rmsnorm.min_bytes(16, w)["fwd"]) for w in widths]
+    ceiling = exp_rmsnorm.copy_ceiling(sweep["results"])["gbps"]
+    at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.95}  # ours' share of the ceiling
+    peer = {256: 0.5 * 1.01, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.95}  # the peer's share
+
+    def us(share, w):
+        return exp_rmsnorm.min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
+
+    data, _ = _with_times(sweep, lambda w: us(at_share[w], w), lambda w: us(peer[w], w))
+    facts = exp_width_sweep.sweep_facts(data)["fwd"]
+    assert facts["compared"] == 4 and facts["level_or_ahead"] == 3  # 256 within 2 %, 1000 ahead, 3000 level
+    assert facts["behind"] == [2048] and facts["worst"]["width"] == 2048
+    assert facts["worst"]["ratio"] == pytest.approx(0.8)
+    assert facts["misses"] == [2048]  # 80 % < 85 % at a width >= 1024; 256 is below TARGET_FROM
+    text = exp_width_sweep.takeaway(data)
+    assert "4 个宽度中的 3 个" in text and "最差在 H=2048，比 F.rms_norm 慢 25%" in text
+    assert "低于拷贝上限的 85%的有 H=2048" in text
+
+
+def test_fused_add_quick_run_and_render(fused, monkeypatch):
+    res = fused["results"]
+    assert set(res["skipped"]) >= {"liger", "quack"}
+    for s in res["shapes"]:
+        assert {"unfused", "compile_hf"} <= set(s["fwd_bwd"])
+        assert s["bytes_fwd"] == 4 * s["rows"] * s["width"] * 2 + 2 * s["width"]
+        assert s["bytes_fwd_bwd"] == 8 * s["rows"] * s["width"] * 2 + 6 * s["width"]
+    rendered = exp_fused_add.render(fused)
+    assert set(rendered) == {"fused_add_fwd.md", "fused_add_fwdbwd.md", "fused_add_ratios.md",
+                             "fused_add_bandwidth.svg"}
+    _check_artifacts(rendered)
+    for name in ("fused_add_fwd.md", "fused_add_fwdbwd.md"):
+        _takeaway(rendered[name])
+    # without ours (the fused kernel not importable) the tables still render and say why
+    data = copy.deepcopy(fused)
+    for s in data["results"]["shapes"]:
+        for phase in ("fwd", "fwd_bwd"):
+            s[phase].pop("triton", None)
+    data["results"]["skipped"]["triton"] = "ModuleNotFoundError('rmsnorm_fused_add')"
+    text = exp_fused_add.render(data)["fused_add_fwd.md"]
+    assert _takeaway(text).startswith("forward：融合版未测（ModuleNotFoundError")
+
+
+def test_fused_add_leaves_the_gradients_alone(fused):
+    """The backward gets dy and ds; a contender writing dX into either (Liger's in_place=True) fails the run."""
+    import torch
+
+    sets = exp_fused_add._sets(4, 64, "cpu", 1, seed=0)
+    weight = torch.nn.Parameter(torch.ones(64, dtype=exp_fused_add.DTYPE))
+
+    def in_place(x, r):
+        s = r + x
+        y = s * weight
+
+        class Clobber(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                return t.view_as(t)
+
+            @staticmethod
+            def backward(ctx, g):
+                g.zero_()  # writes into the caller's dy
+                return g
+
+        return Clobber.apply(y), s
+
+    entry = {"fwd": {}, "fwd_bwd": {}, "errors": {}, "first_call_s": {}}
+    with pytest.raises(AssertionError, match="wrote into dy or ds"):
+        exp_fused_add.time_pair(entry, "clobber", in_place, weight, sets)
+
+
+def test_rmsnorm_quack_is_skipped_on_cpu_and_committed_data_renders():
+    skipped = {}
+    contenders = exp_rmsnorm._make_contenders(64, exp_rmsnorm.DTYPE, "cpu", skipped)
+    assert "quack" not in contenders and "quack" in skipped and "CUDA" in skipped["quack"]
+    if not common.data_path("rmsnorm").exists():
+        pytest.skip("rmsnorm data not committed")
+    rms = common.load("rmsnorm")
+    assert not any("quack" in s["fwd"] for s in rms["results"]["shapes"])  # the committed file predates quack
+    exp_rmsnorm.render(rms)
+    # with a quack column the contender tables drop HF eager to stay at 6 columns and say so
+    with_quack = copy.deepcopy(rms)
+    for s in with_quack["results"]["shapes"]:
+        for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
+            s[phase]["quack"] = dict(s[phase]["liger"])
+    rendered = exp_rmsnorm.render(with_quack)
+    for name in ("rmsnorm_fwd_all.md", "rmsnorm_eager.md"):
+        header = tables(rendered[name])[0]
+        assert len(header) == 6 and "quack" in header and "HF eager" not in header
+        assert "HF eager 未列出" in rendered[name]
+
+
+def test_renders_skip_missing_data(monkeypatch, tmp_path):
+    """No width_sweep.json or fused_add.json for a GPU: bench.render renders the rest and nothing of theirs."""
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    assert render_all("h200") == {}
