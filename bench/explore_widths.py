@@ -19,6 +19,7 @@ import time
 import torch
 
 from bench import common
+from rmsnorm_fused_add import fused_add_rms_norm_backward, fused_add_rms_norm_forward
 from rmsnorm_triton import candidate_configs, rms_norm_backward, rms_norm_forward
 
 ROWS = 16384
@@ -45,21 +46,32 @@ def _compile_worker(jobs):
     """Run each (width, direction, config) once: fills Triton's on-disk cache."""
     for width, direction, config in jobs:
         # the timed shape: Triton specializes integer arguments (== 1, multiple of 16)
-        x = torch.randn(ROWS, width, device=DEVICE).to(torch.bfloat16)
+        x = torch.empty(ROWS, width, device=DEVICE, dtype=torch.bfloat16).normal_()
         w = torch.ones(width, device=DEVICE, dtype=torch.bfloat16)
         try:
+            if direction.startswith("fused"):
+                fwd_config = config if direction == "fused_fwd" else None
+                y, s, rstd = fused_add_rms_norm_forward(x, x, w, EPS, config=fwd_config)
+                if direction == "fused_bwd":
+                    fused_add_rms_norm_backward(x, x, s, w, rstd, config=config)
+                continue
             y, rstd = rms_norm_forward(x, w, EPS, config=config if direction == "fwd" else None)
             if direction == "bwd":
                 rms_norm_backward(torch.randn_like(x), x, w, rstd, config=config)
         except Exception as error:  # recorded again (with the message) by the timing loop
             print(f"compile {width} {config}: {error}", flush=True)
+        del x, w
+        torch.cuda.empty_cache()
     torch.cuda.synchronize()
 
 
-def precompile(widths, workers=12):
+def precompile(widths, fused_widths=(), workers=10):
     jobs = [(width, direction, config) for width in widths
             for direction, name in (("fwd", "forward"), ("bwd", "backward"))
             for config in candidate_configs(width, name)]
+    jobs += [(width, direction, config) for width in fused_widths
+             for direction, name in (("fused_fwd", "forward"), ("fused_bwd", "backward"))
+             for config in candidate_configs(width, name) if not config.chunked]
     start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
@@ -133,18 +145,59 @@ def explore(width, with_quack):
     return entry
 
 
+def explore_fused(width):
+    """The fused add + norm kernels over the plain kernel's (register) candidates."""
+    nbytes = 4 * ROWS * width * 2
+    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
+    residuals = [torch.randn_like(x) for x, _ in sets]
+    saved = [fused_add_rms_norm_forward(x, r, w, EPS) for (x, _), r in zip(sets, residuals)]
+    entry = {"width": width, "rows": ROWS, "fwd": [], "bwd": []}
+    for direction, name in (("fwd", "forward"), ("bwd", "backward")):
+        for config in candidate_configs(width, name):
+            if config.chunked:
+                continue
+            fields = {k: getattr(config, k) for k in ("block_rows", "num_warps",
+                                                      "programs_per_sm")}
+            try:
+                if direction == "fwd":
+                    fns = [lambda x=x, r=r, c=config: fused_add_rms_norm_forward(
+                        x, r, w, EPS, config=c) for (x, _), r in zip(sets, residuals)]
+                else:
+                    fns = [lambda dy=dy, ds=r, s=sv[1], rstd=sv[2], c=config:
+                           fused_add_rms_norm_backward(dy, ds, s, w, rstd, config=c)
+                           for (_, dy), r, sv in zip(sets, residuals, saved)]
+                fields["us"] = _time(fns)
+            except Exception as error:
+                fields["error"] = f"{type(error).__name__}: {error}"[:300]
+            entry[direction].append(fields)
+    entry["default_fwd_us"] = _time([lambda x=x, r=r: fused_add_rms_norm_forward(x, r, w, EPS)
+                                     for (x, _), r in zip(sets, residuals)])
+    entry["default_bwd_us"] = _time([lambda dy=dy, ds=r, sv=sv: fused_add_rms_norm_backward(
+        dy, ds, sv[1], w, sv[2]) for (_, dy), r, sv in zip(sets, residuals, saved)])
+    return entry
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     parser.add_argument("--quack-widths", default=",".join(map(str, QUACK_WIDTHS)))
+    parser.add_argument("--fused-widths", default="")
     args = parser.parse_args()
-    widths = [int(v) for v in args.widths.split(",")]
+    widths = [int(v) for v in args.widths.split(",") if v]
     quack_widths = {int(v) for v in args.quack_widths.split(",") if v}
+    fused_widths = [int(v) for v in args.fused_widths.split(",") if v]
     if DEVICE == "cuda":
-        precompile(widths)
+        precompile(widths, fused_widths)
     copy = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE, "eager")
-    results = []
+    results, fused = [], []
+    for width in fused_widths:
+        entry = explore_fused(width)
+        best_f = min(c["us"] for c in entry["fwd"] if "us" in c)
+        best_b = min(c["us"] for c in entry["bwd"] if "us" in c)
+        print(f"fused {width}: default {entry['default_fwd_us']:.1f}/"
+              f"{entry['default_bwd_us']:.1f} best {best_f:.1f}/{best_b:.1f}", flush=True)
+        fused.append(entry)
     for width in widths:
         start = time.perf_counter()
         entry = explore(width, width in quack_widths)
@@ -155,7 +208,8 @@ def main():
               f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         results.append(entry)
-        payload = {"environment": common.environment(), "copy": copy, "results": results}
+        payload = {"environment": common.environment(), "copy": copy, "results": results,
+                   "fused": fused}
         (args.out / "explore_widths.json").write_text(json.dumps(payload, indent=1))
 
 

@@ -26,9 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-from rmsnorm_triton import (LaunchConfig, _inv_rms, check_config, check_inputs,
-                            column_blocks, compute_dtype, dw_reduce_kernel,
-                            sm_count, split_eps)
+from rmsnorm_triton import (MAX_COLS, LaunchConfig, _inv_rms, check_config,
+                            check_inputs, column_blocks, compute_dtype,
+                            dw_reduce_kernel, sm_count, split_eps)
 # --8<-- [end:imports]
 
 
@@ -252,6 +252,9 @@ def check_pair(x: torch.Tensor, residual: torch.Tensor) -> None:
         if getattr(x, what) != getattr(residual, what):
             raise ValueError(f"x and residual must have the same {what}; got "
                              f"{getattr(x, what)} and {getattr(residual, what)}")
+    if x.dim() and x.shape[-1] > MAX_COLS:  # one row lives in registers
+        raise ValueError(f"fused_add_rms_norm: rows wider than {MAX_COLS} are not "
+                         f"supported (got {x.shape[-1]}); use residual + x and rms_norm")
 # --8<-- [end:checks]
 
 

@@ -31,13 +31,14 @@ MAX_COLS = 16384  # widest row held in registers; wider rows take the chunked ke
 # --8<-- [start:fwd_kernel]
 # --8<-- [start:tile]
 @triton.jit
-def _row_offsets(rows, size1, size2, stride0, stride1, stride2):
+def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.constexpr):
     # Row index -> element offset for a (d0, d1, d2, n_cols) view with strides.
+    # ALIGN divides every stride: telling Triton lets it issue 16-byte loads.
     rows = rows.to(tl.int64)
     i2 = rows % size2
     i1 = (rows // size2) % size1
     i0 = rows // (size2 * size1)
-    return i0 * stride0 + i1 * stride1 + i2 * stride2
+    return tl.multiple_of(i0 * stride0 + i1 * stride1 + i2 * stride2, ALIGN)
 
 
 @triton.jit
@@ -60,11 +61,12 @@ def _load_tile(X, offsets, cols, row_mask, n_cols):
 
 @triton.jit
 def _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols,
-                     COMPUTE_DTYPE: tl.constexpr):
+                     COMPUTE_DTYPE: tl.constexpr, ALIGN: tl.constexpr):
     # HF rounds x_hat to the input dtype before the weight multiply.
     x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)
     y = x_hat * w[None, :]
-    y_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # Y is contiguous
+    y_rows = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)  # Y is contiguous
+    y_offsets = y_rows[:, None] + cols[None, :]
     tl.store(Y + y_offsets, y.to(Y.dtype.element_ty),
              mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
@@ -78,10 +80,11 @@ def rms_norm_fwd_kernel(
     BLOCK_COLS: tl.constexpr,  # a power of two; the whole row if TAIL_COLS == 0
     TAIL_COLS: tl.constexpr,  # 0, or a smaller power of two for columns past BLOCK_COLS
     COMPUTE_DTYPE: tl.constexpr,
+    ALIGN: tl.constexpr,  # a power of two dividing n_cols and the row strides
 ):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
-    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
 
     # All loads are issued before the row reduction waits on them.
     cols = tl.arange(0, BLOCK_COLS)
@@ -98,28 +101,32 @@ def rms_norm_fwd_kernel(
         sum_squares += tl.sum(x_tail * x_tail, axis=1)
     rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
 
-    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE)
+    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE, ALIGN)
     if TAIL_COLS > 0:
         _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols,
-                         COMPUTE_DTYPE)
+                         COMPUTE_DTYPE, ALIGN)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 # --8<-- [end:fwd_kernel]
 
 
 # --8<-- [start:bwd_kernel]
 @triton.jit
-def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides):
+def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
+               ALIGN: tl.constexpr):
     # x and dy of one column block of a row tile, in their own dtype.
-    x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2])
-    dy_offsets = _row_offsets(rows, size1, size2, strides[3], strides[4], strides[5])
+    x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2], ALIGN)
+    dy_offsets = _row_offsets(rows, size1, size2, strides[3], strides[4], strides[5],
+                              ALIGN)
     return (_load_tile(X, x_offsets, cols, rows < n_rows, n_cols),
             _load_tile(DY, dy_offsets, cols, rows < n_rows, n_cols))
 
 
 @triton.jit
-def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols):
+def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols,
+              ALIGN: tl.constexpr):
     dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
-    dx_offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # DX is contiguous
+    dx_rows = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)  # DX is contiguous
+    dx_offsets = dx_rows[:, None] + cols[None, :]
     tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty),
              mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
@@ -135,6 +142,7 @@ def rms_norm_bwd_kernel(
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
     RECOMPUTE_RSTD: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -155,10 +163,10 @@ def rms_norm_bwd_kernel(
     rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
     x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
-                                 size1, size2, strides)
+                                 size1, size2, strides, ALIGN)
     if TAIL_COLS > 0:
         x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
-                                               n_cols, size1, size2, strides)
+                                               n_cols, size1, size2, strides, ALIGN)
     for _ in range(tiles_per_program):
         rows = rows_next
         if TAIL_COLS > 0:
@@ -171,10 +179,10 @@ def rms_norm_bwd_kernel(
             x_raw, dy_raw = x_next, dy_next
         rows_next = rows + n_programs * BLOCK_ROWS
         x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
-                                     size1, size2, strides)
+                                     size1, size2, strides, ALIGN)
         if TAIL_COLS > 0:
             x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
-                                                   n_cols, size1, size2, strides)
+                                                   n_cols, size1, size2, strides, ALIGN)
         else:
             # One-block rows: the next loads are in flight before we wait for this tile.
             x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
@@ -197,10 +205,10 @@ def rms_norm_bwd_kernel(
             wdy_tail = w_tail[None, :] * dy_tail
             dot += tl.sum(wdy_tail * x_hat_tail, axis=1)
         c = dot / n_cols
-        _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols)
+        _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols, ALIGN)
         if TAIL_COLS > 0:
             _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, rows, tail_cols,
-                      row_mask, n_cols)
+                      row_mask, n_cols, ALIGN)
 
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
@@ -228,12 +236,13 @@ def rms_norm_fwd_chunked_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,  # the chunk: rows of any width are walked chunk by chunk
     COMPUTE_DTYPE: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     # For rows too wide for registers. Pass 1 sums squares chunk by chunk; pass 2
     # reads the row again, last chunk first, so most of it still comes from L2.
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
-    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2)
+    x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
     n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
     squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for chunk in range(n_chunks):
@@ -245,7 +254,8 @@ def rms_norm_fwd_chunked_kernel(
         cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
         x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
         w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-        _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE)
+        _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE,
+                         ALIGN)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
@@ -259,31 +269,34 @@ def rms_norm_bwd_chunked_kernel(
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
     RECOMPUTE_RSTD: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
-    # Persistent like rms_norm_bwd_kernel, but a row tile is walked in chunks twice:
-    # pass 1 forms the row dot product, pass 2 (mostly from L2) writes dX and adds
-    # the tile's dW into this program's partial row, which lives in global memory.
-    program = tl.program_id(0)
-    n_programs = tl.num_programs(0)
+    # A 2-D persistent grid: program (slot, part) walks the row tiles slot,
+    # slot + n_slots, ... and owns the columns of chunk `part`, so its dW partial
+    # stays in registers. Pass 1 reads whole rows for the dot product (the parts
+    # of a row read it at about the same time: mostly from L2); pass 2 writes dX
+    # of the own chunk only.
+    slot = tl.program_id(0)
+    n_slots = tl.num_programs(0)
+    cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
-    partial = DW_PARTIAL + program.to(tl.int64) * n_cols
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
-    if COMPUTE_DW:
-        for chunk in range(n_chunks):
-            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            tl.store(partial + cols, tl.zeros([BLOCK_COLS], dtype=COMPUTE_DTYPE),
-                     mask=cols < n_cols)
+    w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for tile in range(tiles_per_program):
-        rows = (program + tile * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        rows = (slot + tile * n_slots) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
+        # Whole rows, chunk by chunk in a fixed order: every part gets the same bits.
         wdy_x = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
         squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
         for chunk in range(n_chunks):
-            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides)
+            chunk_cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            x, dy = _load_x_dy(X, DY, rows, chunk_cols, n_rows, n_cols, size1, size2,
+                               strides, ALIGN)
             x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
-            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-            wdy_x += w[None, :] * dy * x
+            w_chunk = tl.load(W + chunk_cols, mask=chunk_cols < n_cols,
+                              other=0.0).to(COMPUTE_DTYPE)
+            wdy_x += w_chunk[None, :] * dy * x
             if RECOMPUTE_RSTD:
                 squares += x * x
         if RECOMPUTE_RSTD:
@@ -292,18 +305,17 @@ def rms_norm_bwd_chunked_kernel(
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
         c = tl.sum(wdy_x, axis=1) * rstd / n_cols  # mean(w*dy * x_hat) per row
-        for chunk in range(n_chunks):
-            cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides)
-            x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
-            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-            x_hat = x * rstd[:, None]
-            _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, rows, cols, row_mask, n_cols)
-            if COMPUTE_DW:
-                x_hat = x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
-                dw = tl.load(partial + cols, mask=cols < n_cols, other=0.0)
-                tl.store(partial + cols, dw + tl.sum(dy * x_hat, axis=0),
-                         mask=cols < n_cols)
+        x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
+                           ALIGN)
+        x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
+        x_hat = x * rstd[:, None]
+        _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, rows, cols, row_mask, n_cols,
+                  ALIGN)
+        if COMPUTE_DW:
+            dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
+    if COMPUTE_DW:
+        partial = DW_PARTIAL + slot.to(tl.int64) * n_cols
+        tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
 # --8<-- [end:chunked_kernels]
 
 
@@ -364,17 +376,20 @@ class LaunchConfig:
 
 
 def forward_config(n_cols: int) -> LaunchConfig:
-    """The forward's launch config, from the H200 sweep (篇2 §七).
+    """The forward's launch config, from the H200 sweeps (篇2 §七 and the width sweep).
 
-    Narrow rows: several rows per program, a tile of 2048 elements, 4 warps
-    (16 rows of 128 for q_norm/k_norm). Rows of 2048 to 5120: one row per program
-    and 2 warps won at every Qwen3 width; wider rows need more warps for registers.
+    Narrow rows: several rows per program, a tile of about 2048 elements (4 warps;
+    2 warps when a tail block pads the row). Rows of 2048 to 5120: one row per
+    program and 2 warps; wider rows need more warps for registers. Rows wider
+    than MAX_COLS are walked in chunks of 4096.
     """
     if n_cols > MAX_COLS:
         return LaunchConfig(1, 4096, 0, 8, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
-    if lanes < 2048:
+    if lanes < 2048 and tail_cols:  # e.g. 1536 = 1024 + 512: 1 row; 300: 4 rows
+        block_rows, num_warps = _power_of_two_floor(2048 // lanes), 2
+    elif lanes < 2048:
         block_rows, num_warps = 2048 // block_cols, 4
     else:
         block_rows, num_warps = 1, 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
@@ -382,37 +397,44 @@ def forward_config(n_cols: int) -> LaunchConfig:
 
 
 def backward_config(n_cols: int) -> LaunchConfig:
-    """The backward's launch config, from the H200 sweep (篇2 §七).
+    """The backward's launch config, from the H200 sweeps (篇2 §七 and the width sweep).
 
     Narrow rows are latency-bound: small tiles and many resident programs per SM keep
-    more loads in flight. Power-of-two rows of 4096+ want one row per program and
-    8 warps; two-block rows (2560, 5120) a tile of about 5000 elements on 4 warps,
-    2 programs per SM. Rows past 8192 need 32 warps to hold x, dy and the dW
-    accumulator in registers.
+    more loads in flight. Power-of-two rows of 4096 and 8192 want one row per program
+    and 8 warps; two-block rows (2560, 5120, 6144) 4 warps, 2 programs per SM; rows
+    of up to 12288 lanes 8 warps, one program per SM. Wider rows cannot hold x, dy,
+    w and the dW accumulator in registers: the chunked kernel takes them, each
+    program owning a chunk of 8192 columns.
     """
-    if n_cols > MAX_COLS:
-        return LaunchConfig(1, 2048, 0, 8, programs_per_sm=2, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
+    if lanes > 12288:
+        return LaunchConfig(1, 8192, 0, 16, 1, chunked=True)
     if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
-        rows, warps, per_sm = 1024 // block_cols, 4, 8
+        rows, warps, per_sm = (1024 if block_cols <= 128 else 512) // block_cols, 4, 8
+    elif lanes <= 2048 and tail_cols:  # 300 = 256 + 64: 4 rows; 1536: 1 row
+        rows, warps, per_sm = max(1, 1024 // block_cols), 4, 4
     elif lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
         rows, warps, per_sm = max(1, 2048 // block_cols), 4, 4
-    elif lanes > 8192:
-        rows, warps, per_sm = 1, 32, 1
+    elif lanes > 8192:  # 9216 .. 12288 = 8192 + a tail
+        rows, warps, per_sm = 1, 8, 1
     elif tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
-        rows, warps, per_sm = max(1, 4096 // block_cols), 4 if lanes <= 5120 else 8, 2
+        rows, warps, per_sm = max(1, 4096 // block_cols), 4, 2
     else:
         rows, warps, per_sm = 1, 8, 2 if lanes <= 4096 else 1
     return LaunchConfig(rows, block_cols, tail_cols, warps, per_sm)
 
 
+def _power_of_two_floor(value: int) -> int:
+    return 1 << (max(1, value).bit_length() - 1)
+
+
 def candidate_configs(n_cols: int, direction: str) -> list[LaunchConfig]:
-    """The configs the H200 sweep times for rows of n_cols (篇2 §七), in sweep order.
+    """The configs the H200 sweeps time for rows of n_cols (篇2 §七), in sweep order.
 
     Tiles of BLOCK_ROWS x (BLOCK_COLS + TAIL_COLS) stay register-sized: up to 16384
     values in the forward, 8192 in the backward (x, dy and the dW accumulator).
-    Rows of 4096 and wider also try the chunked kernels (chunks of 1024 to 4096);
+    Rows of 4096 and wider also try the chunked kernels (chunks of 2048 to 8192);
     rows wider than MAX_COLS have only those.
     """
     max_tile, warps, per_sm = {"forward": (16384, (2, 4, 8, 16), (1,)),
@@ -426,8 +448,8 @@ def candidate_configs(n_cols: int, direction: str) -> list[LaunchConfig]:
                     for r in rows for w in warps for p in per_sm]
     if n_cols >= 4096:
         configs += [LaunchConfig(r, chunk, 0, w, p, chunked=True)
-                    for chunk in (1024, 2048, 4096) for r in (1, 2)
-                    for w in (4, 8) for p in per_sm[:3]]
+                    for chunk in (2048, 4096, 8192) for r in (1, 2)
+                    for w in (4, 8, 16) for p in per_sm[:2]]
     return configs
 
 
@@ -509,6 +531,20 @@ def split_eps(eps: float, compute) -> tuple[float, float]:
     return high, (eps - high if compute == tl.float64 else 0.0)
 
 
+def row_alignment(n_cols: int, *row_strides: int) -> int:
+    """The largest power of two, up to 16, that divides n_cols and every row stride.
+
+    Every row then starts at a multiple of it (in elements), which the kernels pass
+    to Triton with tl.multiple_of: rows of 1000 bf16 values (2000 bytes) are
+    16-byte aligned, but only a hint lets Triton issue 16-byte loads for them.
+    """
+    align = 16
+    for value in (n_cols, *row_strides):
+        if value:
+            align = min(align, value & -value)
+    return align
+
+
 def compute_dtype(*tensors):
     """The kernels' COMPUTE_DTYPE: fp64 math for fp64 inputs, else fp32."""
     return tl.float64 if any(t.dtype == torch.float64 for t in tensors) else tl.float32
@@ -571,7 +607,7 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float):
         X=x, W=weight, Y=y, RSTD=rstd, n_rows=n_rows, n_cols=n_cols,
         eps=eps, eps_low=eps_low, size1=size1, size2=size2,
         x_stride0=x_strides[0], x_stride1=x_strides[1], x_stride2=x_strides[2],
-        COMPUTE_DTYPE=compute)
+        COMPUTE_DTYPE=compute, ALIGN=row_alignment(n_cols, *x_strides))
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
@@ -621,18 +657,24 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         check_config(config, n_cols)
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
     n_tiles = triton.cdiv(n_rows, config.block_rows)
-    n_programs = max(1, min(n_tiles, sm_count(x.device) * config.programs_per_sm))
+    n_programs = sm_count(x.device) * config.programs_per_sm
+    grid = (max(1, min(n_tiles, n_programs)),)
+    if config.chunked:  # (row slots, column chunks): each program owns one chunk
+        n_chunks = triton.cdiv(n_cols, config.block_cols)
+        grid = (max(1, min(n_tiles, n_programs // n_chunks)), n_chunks)
+    n_programs = grid[0]  # dW partial rows
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = (torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device)
                   if compute_dw else dx)
     kernel = rms_norm_bwd_chunked_kernel if config.chunked else rms_norm_bwd_kernel
-    kernel[(n_programs,)](
+    kernel[grid](
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
         n_rows, n_cols, *split_eps(eps or 0.0, compute),
         triton.cdiv(n_tiles, n_programs),
         size1, size2, *x_strides, *dy_strides, **config.constexprs(),
         COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
         RECOMPUTE_RSTD=rstd is None, num_warps=config.num_warps,
+        ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
     )
     if compute_dw:
         block_partials = triton.next_power_of_2(n_programs)
