@@ -14,9 +14,10 @@ from rmsnorm_triton import candidate_configs, forward_arguments, rms_norm_fwd_ke
 
 @functools.cache
 def autotuned_fwd_kernel(n_cols):
-    # The sweep's candidates for this row width (篇2 §七), as triton.Configs.
+    # The sweep's candidates for this row width (篇2 §七), as triton.Configs;
+    # the chunked ones launch another kernel.
     configs = [triton.Config(c.constexprs(), num_warps=c.num_warps)
-               for c in candidate_configs(n_cols, "forward")]
+               for c in candidate_configs(n_cols, "forward") if not c.chunked]
     # key: re-tune per row width (tensor dtypes are part of the key too)
     return triton.autotune(configs=configs, key=["n_cols"])(rms_norm_fwd_kernel)
 

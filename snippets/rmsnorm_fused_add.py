@@ -204,41 +204,39 @@ def fused_add_rms_norm_bwd_kernel(
 
 # --8<-- [start:launch_config]
 def fused_forward_config(n_cols: int) -> LaunchConfig:
-    """The fused forward's launch config (a first guess, to be swept on the H200).
+    """The fused forward's launch config, from an H200 sweep at Qwen3's widths.
 
-    Narrow rows: several rows per program, a tile of 2048 elements. Wide rows:
-    one row per program; x, r and s are live at once (the plain forward holds
-    only x), so one more step of warps than the plain kernel for the registers.
+    Narrow rows: several rows per program, a tile of 2048 elements. Rows of 2048
+    and wider: one row per program; 2 warps were fastest up to 5120.
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes < 2048:
         return LaunchConfig(2048 // block_cols, block_cols, tail_cols, 4)
-    warps = 4 if lanes <= 5120 else 8 if lanes <= 8192 else 16
+    warps = 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
     return LaunchConfig(1, block_cols, tail_cols, warps)
 
 
 def fused_backward_config(n_cols: int) -> LaunchConfig:
-    """The fused backward's launch config (a first guess, to be swept on the H200).
+    """The fused backward's launch config, from an H200 sweep at Qwen3's widths.
 
-    The plain backward's tiles, but a thread holds about 5.5 registers per element
-    of its share (dy, s, ds of this tile in fp32 and of the prefetched one in 16
-    bits, the dW accumulator): where the plain kernel gives a thread more than
-    16 elements (2560, 5120, 8192), one more step of warps keeps programs_per_sm
-    programs resident.
+    It holds more per element than the plain backward (dy, s and ds of this tile,
+    the prefetched tile, the dW accumulator): 1024 and 2048 want tiles of 4096
+    elements, 4096 one row on 4 warps with 2 programs per SM, the two-block rows
+    8 warps (2560) or 16 (5120).
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes <= 256:  # q/k-norm widths: 8 rows of 128 per tile
         rows, warps, per_sm = 1024 // block_cols, 4, 8
-    elif lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
-        rows, warps, per_sm = max(1, 2048 // block_cols), 4, 4
+    elif lanes <= 2048:  # hidden 1024..2048: a tile of 4096 elements
+        rows, warps, per_sm = max(1, 4096 // block_cols), 4, 2
     elif lanes > 8192:
         rows, warps, per_sm = 1, 32, 1
-    elif tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
-        rows, warps, per_sm = max(1, 4096 // block_cols), 8, 2
+    elif tail_cols:  # 2560 = 2048 + 512: 8 warps; 5120 = 4096 + 1024: 16 warps
+        rows, (warps, per_sm) = 1, ((8, 2) if lanes <= 2560 else (16, 1))
     else:
-        rows, (warps, per_sm) = 1, ((8, 2) if lanes <= 4096 else (16, 1))
+        rows, (warps, per_sm) = 1, ((4, 2) if lanes <= 4096 else (16, 1))
     return LaunchConfig(rows, block_cols, tail_cols, warps, per_sm)
 # --8<-- [end:launch_config]
 
@@ -254,7 +252,7 @@ def check_pair(x: torch.Tensor, residual: torch.Tensor) -> None:
                              f"{getattr(x, what)} and {getattr(residual, what)}")
     if x.dim() and x.shape[-1] > MAX_COLS:  # one row lives in registers
         raise ValueError(f"fused_add_rms_norm: rows wider than {MAX_COLS} are not "
-                         f"supported (got {x.shape[-1]}); use residual + x and rms_norm")
+                         f"supported (got {x.shape[-1]}); add, then use rms_norm")
 # --8<-- [end:checks]
 
 
@@ -369,7 +367,15 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
 
 
 def fused_add_rms_norm(x, residual, weight, eps=1e-6):
-    """(Qwen3RMSNorm(residual + x), residual + x) with one Triton kernel each way."""
+    """(Qwen3RMSNorm(residual + x), residual + x) with one Triton kernel each way.
+
+    Mixed dtypes add in the promoted dtype, as torch's ``residual + x`` does (under
+    autocast: an fp32 residual stream plus a bf16 sublayer output); the cast is a
+    copy, outside the kernels.
+    """
+    if isinstance(x, torch.Tensor) and isinstance(residual, torch.Tensor):
+        dtype = torch.promote_types(x.dtype, residual.dtype)
+        x, residual = x.to(dtype), residual.to(dtype)
     return FusedAddRMSNormFunction.apply(x, residual, weight, eps)
 # --8<-- [end:autograd]
 

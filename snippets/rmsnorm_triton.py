@@ -82,6 +82,7 @@ def rms_norm_fwd_kernel(
     COMPUTE_DTYPE: tl.constexpr,
     ALIGN: tl.constexpr,  # a power of two dividing n_cols and the row strides
 ):
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
@@ -101,7 +102,8 @@ def rms_norm_fwd_kernel(
         sum_squares += tl.sum(x_tail * x_tail, axis=1)
     rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
 
-    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE, ALIGN)
+    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE,
+                     ALIGN)
     if TAIL_COLS > 0:
         _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols,
                          COMPUTE_DTYPE, ALIGN)
@@ -114,7 +116,8 @@ def rms_norm_fwd_kernel(
 def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
                ALIGN: tl.constexpr):
     # x and dy of one column block of a row tile, in their own dtype.
-    x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2], ALIGN)
+    x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2],
+                             ALIGN)
     dy_offsets = _row_offsets(rows, size1, size2, strides[3], strides[4], strides[5],
                               ALIGN)
     return (_load_tile(X, x_offsets, cols, rows < n_rows, n_cols),
@@ -144,6 +147,7 @@ def rms_norm_bwd_kernel(
     RECOMPUTE_RSTD: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_COLS)
@@ -240,6 +244,7 @@ def rms_norm_fwd_chunked_kernel(
 ):
     # For rows too wide for registers. Pass 1 sums squares chunk by chunk; pass 2
     # reads the row again, last chunk first, so most of it still comes from L2.
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
@@ -276,6 +281,7 @@ def rms_norm_bwd_chunked_kernel(
     # stays in registers. Pass 1 reads whole rows for the dot product (the parts
     # of a row read it at about the same time: mostly from L2); pass 2 writes dX
     # of the own chunk only.
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     slot = tl.program_id(0)
     n_slots = tl.num_programs(0)
     cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
@@ -366,7 +372,7 @@ class LaunchConfig:
     tail_cols: int
     num_warps: int
     programs_per_sm: int = 1  # backward only: resident programs of the persistent grid
-    chunked: bool = False  # walk the row in chunks of block_cols (the *_chunked kernels)
+    chunked: bool = False  # walk rows in chunks of block_cols (the *_chunked kernels)
 
     def constexprs(self) -> dict[str, int]:
         if self.chunked:
@@ -376,40 +382,42 @@ class LaunchConfig:
 
 
 def forward_config(n_cols: int) -> LaunchConfig:
-    """The forward's launch config, from the H200 sweeps (篇2 §七 and the width sweep).
+    """The forward's launch config, from the H200 sweeps (篇2 §七, width sweep).
 
     Narrow rows: several rows per program, a tile of about 2048 elements (4 warps;
     2 warps when a tail block pads the row). Rows of 2048 to 5120: one row per
     program and 2 warps; wider rows need more warps for registers. Rows wider
-    than MAX_COLS are walked in chunks of 4096.
+    than MAX_COLS are walked in chunks of 8192 by 16 warps.
     """
     if n_cols > MAX_COLS:
-        return LaunchConfig(1, 4096, 0, 8, chunked=True)
+        return LaunchConfig(1, 8192, 0, 16, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes < 2048 and tail_cols:  # e.g. 1536 = 1024 + 512: 1 row; 300: 4 rows
         block_rows, num_warps = _power_of_two_floor(2048 // lanes), 2
     elif lanes < 2048:
         block_rows, num_warps = 2048 // block_cols, 4
-    else:
-        block_rows, num_warps = 1, 2 if lanes <= 5120 else 4 if lanes <= 8192 else 8
+    elif lanes <= 8192:
+        block_rows, num_warps = 1, 2 if lanes <= 5120 else 4
+    else:  # 8192 + a tail: 4 warps measured fastest at 9216 and 12288 lanes, 8 at 10240
+        block_rows, num_warps = 1, 8 if tail_cols == 2048 or not tail_cols else 4
     return LaunchConfig(block_rows, block_cols, tail_cols, num_warps)
 
 
 def backward_config(n_cols: int) -> LaunchConfig:
-    """The backward's launch config, from the H200 sweeps (篇2 §七 and the width sweep).
+    """The backward's launch config, from the H200 sweeps (篇2 §七, width sweep).
 
     Narrow rows are latency-bound: small tiles and many resident programs per SM keep
     more loads in flight. Power-of-two rows of 4096 and 8192 want one row per program
     and 8 warps; two-block rows (2560, 5120, 6144) 4 warps, 2 programs per SM; rows
     of up to 12288 lanes 8 warps, one program per SM. Wider rows cannot hold x, dy,
     w and the dW accumulator in registers: the chunked kernel takes them, each
-    program owning a chunk of 8192 columns.
+    program owning a chunk of 8192 columns of two rows at a time.
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes > 12288:
-        return LaunchConfig(1, 8192, 0, 16, 1, chunked=True)
+        return LaunchConfig(2, 8192, 0, 16, 1, chunked=True)
     if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
         rows, warps, per_sm = (1024 if block_cols <= 128 else 512) // block_cols, 4, 8
     elif lanes <= 2048 and tail_cols:  # 300 = 256 + 64: 4 rows; 1536: 1 row

@@ -16,7 +16,7 @@ def test_autotune_candidates_are_the_sweep_candidates(n_cols):
     kernel = rmsnorm_autotune.autotuned_fwd_kernel(n_cols)
     assert isinstance(kernel, triton.runtime.Autotuner)
     assert [(c.kwargs, c.num_warps) for c in kernel.configs] == [
-        (c.constexprs(), c.num_warps) for c in candidate_configs(n_cols, "forward")]
+        (c.constexprs(), c.num_warps) for c in candidate_configs(n_cols, "forward") if not c.chunked]
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_autotuned_forward_matches_shipped(rows, width):  # pragma: gpu only
     weight = torch.rand(width, device="cuda", dtype=torch.bfloat16) + 0.5
     y, best = rmsnorm_autotune.rms_norm_forward_autotuned(x, weight)
     assert isinstance(best, triton.Config)
-    assert best.kwargs in [c.constexprs() for c in candidate_configs(width, "forward")]
+    assert best.kwargs in [c.constexprs() for c in candidate_configs(width, "forward") if not c.chunked]
     torch.testing.assert_close(y, rms_norm_forward(x, weight)[0])  # reduction order may differ
 
 

@@ -508,3 +508,20 @@ def test_demo_runs(capsys):
     out = capsys.readouterr().out
     for name in ("y ", "s ", "dx ", "dresidual", "dw "):
         assert name in out
+
+
+def test_mixed_dtypes_add_in_the_promoted_dtype(device):
+    """Autocast training: a bf16 sublayer output onto an fp32 residual stream, as HF adds them."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16).to(device).requires_grad_()
+    residual = torch.randn(3, 256, generator=gen).to(device).requires_grad_()
+    weight = (torch.rand(256, generator=gen) + 0.5).to(device).requires_grad_()
+    y, s = fused_add_rms_norm(x, residual, weight, 1e-6)
+    expected_s = residual + x
+    assert s.dtype == torch.float32 and torch.equal(s, expected_s)
+    hf = Qwen3RMSNorm(256, eps=1e-6).to(device)
+    hf.weight.data.copy_(weight.detach())
+    torch.testing.assert_close(y, hf(expected_s), rtol=1e-5, atol=1e-6)
+    (y.sum() + s.sum()).backward()
+    assert x.grad.dtype == torch.bfloat16 and residual.grad.dtype == torch.float32
+    torch.testing.assert_close(x.grad, residual.grad.to(torch.bfloat16))

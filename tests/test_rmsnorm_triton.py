@@ -316,7 +316,7 @@ def test_launch_configs_cover_qwen3_widths():
 SHIPPED = {  # width: forward (rows, warps), backward (rows, warps, programs per SM), as in 篇2 §七
     128: ((16, 4), (8, 4, 8)), 1024: ((2, 4), (2, 4, 4)), 2048: ((1, 2), (1, 4, 4)),
     2560: ((1, 2), (2, 4, 2)), 4096: ((1, 2), (1, 8, 2)), 5120: ((1, 2), (1, 4, 2)),
-    12288: ((1, 8), (1, 8, 1)),
+    12288: ((1, 4), (1, 8, 1)),
 }
 
 
