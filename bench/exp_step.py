@@ -18,6 +18,8 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 * ``torch_rmsnorm``   norms swapped for ``torch.nn.functional.rms_norm`` (PyTorch's fused kernel);
 * ``triton_fwd``      ``TritonQwen3RMSNormFwdOnly``: Triton forward, autograd backward;
 * ``triton``          ``TritonQwen3RMSNorm``: Triton forward and backward;
+* ``triton_fused_add`` ``triton`` + every residual add fused into the RMSNorm after it
+  (``snippets/qwen3_fused_add_patch.py``: 2 per layer; q_norm, k_norm, layer 0's input norm plain);
 * ``compile``         HF eager + ``torch.compile`` (regional: each decoder layer and the final norm);
 * ``triton_compile``  ``triton`` + the same regional ``torch.compile``;
 * ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
@@ -39,6 +41,9 @@ RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
   nested ops) are its backward cost. A sequence number belongs to the last op that
   recorded it (the op that created the node), so an op that merely peeked the
   counter cannot steal a neighbour's node.
+* ``triton_fused_add``: the norms stay HF's Qwen3RMSNorm modules (their forward is
+  patched), so the same ranges hold the fused calls; their time includes the residual
+  adds they absorbed (in the other tiers those adds are not RMSNorm time).
 * compiled tiers: Inductor fuses the norm into neighbouring kernels, so no
   module boundary survives. Kernels whose name contains "rms_norm" (our Triton
   kernels, kept by name in Inductor's output) are counted; for ``compile`` (HF
@@ -67,6 +72,7 @@ from transformers import Qwen3ForCausalLM
 
 from bench import common, prose
 from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
+from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 
@@ -77,6 +83,7 @@ TIERS = {
     "torch_rmsnorm": "HF + torch F.rms_norm",
     "triton_fwd": "HF + Triton RMSNorm (fwd only)",
     "triton": "HF + Triton RMSNorm (fwd+bwd)",
+    "triton_fused_add": "HF + Triton RMSNorm + fused residual add",
     "compile": "HF + torch.compile",
     "triton_compile": "HF + Triton RMSNorm + torch.compile",
     "liger": "Liger-Kernel (full Qwen3 patch)",
@@ -144,6 +151,9 @@ def _install_patch(tier: str, on_gpu: bool) -> dict:
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
+    if tier == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
+        patch_qwen3_fused_add_rmsnorm()
+        return {"norm_class": "Qwen3RMSNorm", "patch": "qwen3_fused_add_patch"}
     norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,
                 "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[tier]
     patch_qwen3_rmsnorm(norm_cls)  # this process only ever builds this one model
@@ -459,11 +469,13 @@ TIER_ZH = {
     "torch_rmsnorm": "HF + F.rms_norm",
     "triton_fwd": "生产版（只换 forward）",
     "triton": "生产版（forward + backward）",
+    "triton_fused_add": "生产版 + 融合残差加法",
     "compile": "torch.compile",
     "triton_compile": "生产版 + torch.compile",
     "liger": "Liger（全套补丁）",
 }
-FUSES_MORE = {"compile", "triton_compile", "liger"}  # tiers that fuse more than RMSNorm
+FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
+FUSES_MORE = {"triton_fused_add", "compile", "triton_compile", "liger"}  # tiers that fuse more than RMSNorm
 
 
 def tier_zh(tier: str) -> str:
@@ -504,6 +516,11 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
     if "triton_fwd" in ok:
         fwd = ok["triton_fwd"]["speedup"]
         parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1.01 else "收益小于两者都换"))
+    if FUSED_ADD in ok:
+        ratio = ok[FUSED_ADD]["step"] / ours["step"]
+        relation = ("与生产版持平（相差不到 1%）" if abs(ratio - 1) < 0.01
+                    else f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}")
+        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，{relation}")
     faster = [t for t in ("compile", "triton_compile", "liger") if t in ok and ok[t]["step"] < ours["step"] * 0.99]
     if faster:
         parts.append(prose.join(prose.glue(tier_zh(t), prose.times(ok[t]["speedup"])) for t in faster)
@@ -525,6 +542,9 @@ def _share_takeaway(data: dict, rows: list[dict]) -> str:
     fwd = ok.get("triton_fwd")
     if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
         text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"
+    fused = ok.get(FUSED_ADD)
+    if fused and fused["rms"] is not None:
+        text += f"；融合残差加法后占 {prose.pct(fused['share'], 1)}（{f(fused['rms'])} ms，含被融合的加法）"
     return text + "。"
 
 
@@ -573,6 +593,7 @@ def render(data: dict) -> dict[str, str]:
             share_table,
             "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
+            + (f"{tier_zh(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + _caption(data), _share_takeaway(data, rows)),
         "step_time.svg": _plot(rows, data),
     }

@@ -10,6 +10,7 @@ from transformers import Qwen3ForCausalLM
 
 from bench import exp_step
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
+from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
 
@@ -50,6 +51,23 @@ def test_triton_norms_are_one_backward_node_each(device, on_gpu):
     assert profile["annotated_ranges"] == n_norms
     assert profile["backward_node_names"] == ["TritonRMSNormFunctionBackward"]
     assert profile["backward_nodes"] == n_norms
+
+
+def test_fused_add_tier_counts_the_fused_calls_as_norm_time(device, on_gpu):
+    """triton_fused_add: HF's norm modules with patched forwards; the module ranges hold the
+    2L fused add+norm calls and the 2L+1 plain ones, each with its one backward node."""
+    model, n_norms = _model(device=device)
+    undo = patch_qwen3_fused_add_rmsnorm()
+    try:
+        profile = _profile(model, on_gpu=on_gpu)
+    finally:
+        undo()
+    assert profile["annotated_ranges"] == n_norms
+    assert profile["backward_node_names"] == ["FusedAddRMSNormFunctionBackward",
+                                              "TritonRMSNormFunctionBackward"]
+    assert profile["backward_nodes"] == n_norms
+    if on_gpu:
+        assert any("fused_add" in name for name in profile["named_rmsnorm_kernels"])
 
 
 def test_no_annotation_no_attribution():
