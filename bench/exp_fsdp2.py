@@ -49,6 +49,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import traceback
 
 import torch
 
@@ -203,6 +204,12 @@ def worker(quick: bool, out: pathlib.Path) -> None:
                 arms[arm] = {"status": "unavailable", "reason": str(why)}
                 log(f"{variant}/{arm}: unavailable: {why}")
                 continue
+            except Exception as error:  # raised alike on every rank (same code, same shapes): record, go on
+                arms[arm] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
+                log(f"{variant}/{arm}: ERROR {arms[arm]['reason']}\n{traceback.format_exc(limit=-4)}")
+                if arm in ("hf", "control"):
+                    raise  # nothing to gate against
+                continue
             r = arms[arm]
             log(f"{variant}/{arm}: final loss {r['losses'][-1]:.4f}, median step "
                 + ", ".join(f"{t:.2f}" for t in r["median_step_ms"]) + " ms (per rank)"
@@ -217,8 +224,11 @@ def worker(quick: bool, out: pathlib.Path) -> None:
                 r["losses"] = rounded(r["losses"])
         results[variant] = arms
     gated = [results[v][a] for v in cfg["variants"] for a in PATCHED if results[v][a]["status"] == "ok"]
-    results["passed"] = bool(gated) and all(r["gate"]["passed"] for r in gated)
-    results["unavailable"] = sorted({a for v in cfg["variants"] for a in ARMS if results[v][a]["status"] != "ok"})
+    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in ARMS]
+    results["passed"] = bool(gated) and all(r["gate"]["passed"] for r in gated) and "error" not in statuses
+    results["unavailable"] = sorted({a for v in cfg["variants"] for a in ARMS
+                                     if results[v][a]["status"] == "unavailable"})
+    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in ARMS if results[v][a]["status"] == "error"]
     config = model_config(cfg)
     cfg.update(
         geometry=geometry(config), world_size=world, backend=dist.get_backend(),
@@ -266,82 +276,102 @@ PLOT_DIFFS = {"control": "对照组 − HF（对照组：正确、只舍入一�
 
 
 VERDICT = {"hf": "基准", "control": "噪声底"}
+STATUS_ZH = {"unavailable": "不可用", "error": "出错"}
 
 
 def _ok(arms: dict) -> list[str]:
     return [a for a in ARMS if arms[a]["status"] == "ok"]
 
 
+def _where(variant: str, arm: str) -> str:
+    """'bf16 权重下的生产版 RMSNorm'."""
+    return prose.glue(variant_zh(variant), "下的") + ARM_ZH[arm]
+
+
 def article_facts(data: dict) -> dict:
-    """The facts behind 篇2 §六's FSDP2 sentence, all from the data file."""
+    """The facts behind 篇2 §六's FSDP2 sentence, all from the data file: what was gated and passed, the
+    largest final-loss difference from HF (and the control's), step time relative to HF, peak memory."""
     cfg, results, env = data["config"], data["results"], data["environment"]
-    gated = [(v, a) for v in cfg["variants"] for a in PATCHED if results[v][a]["status"] == "ok"]
+    variants = cfg["variants"]
+    gated = [(v, a) for v in variants for a in PATCHED if results[v][a]["status"] == "ok"]
     worst = max(gated, key=lambda va: results[va[0]][va[1]]["gate"]["final_rel_diff"], default=None)
-    hf_ms = {v: max(results[v]["hf"]["median_step_ms"]) for v in cfg["variants"]}
+    ok = [(v, a) for v in variants for a in ARMS if results[v][a]["status"] == "ok"]
     return {
-        "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "CPU").replace("NVIDIA ", ""),
-        "steps": cfg["steps"], "variants": [variant_zh(v) for v in cfg["variants"]],
-        "arms_gated": sorted({ARM_ZH[a] for _, a in gated}, key=list(ARM_ZH.values()).index),
-        "unavailable": [ARM_ZH[a] for a in results["unavailable"]],
+        "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "").replace("NVIDIA ", "") or None,
+        "steps": cfg["steps"], "variants": [variant_zh(v) for v in variants],
+        "arms_gated": [ARM_ZH[a] for a in PATCHED if any(a == b for _, b in gated)],
+        "all_gated": len(gated) == len(PATCHED) * len(variants),
         "passed": results["passed"],
+        "gate_passed": [_where(v, a) for v, a in gated if results[v][a]["gate"]["passed"]],
+        "failed": [_where(v, a) for v, a in gated if not results[v][a]["gate"]["passed"]],
+        "unavailable": [ARM_ZH[a] for a in results["unavailable"]],
+        "errors": [_where(v, a) for v in variants for a in ARMS if results[v][a]["status"] == "error"],
         "worst_final_rel_diff": results[worst[0]][worst[1]]["gate"]["final_rel_diff"] if worst else None,
-        "worst": f"{ARM_ZH[worst[1]]}，{variant_zh(worst[0])}" if worst else None,
-        "control_final_rel_diff": max(results[v]["control"]["gate"]["final_rel_diff"] for v, _ in gated)
-        if gated else None,
-        "step_ratio_vs_hf": {ARM_ZH[a]: {variant_zh(v): max(results[v][a]["median_step_ms"]) / hf_ms[v]
-                                         for v in cfg["variants"] if results[v][a]["status"] == "ok"}
-                             for a in PATCHED},
+        "worst": _where(*worst) if worst else None,
+        "control_final_rel_diff": max((results[v]["control"]["gate"]["final_rel_diff"] for v, _ in gated),
+                                      default=None),
+        "step_vs_hf": {_where(v, a): max(results[v][a]["median_step_ms"]) / max(results[v]["hf"]["median_step_ms"])
+                       for v, a in ok if a != "hf"},
+        "peak_gib": {_where(v, a): max(results[v][a]["peak_gib"]) for v, a in ok
+                     if None not in results[v][a]["peak_gib"]},
     }
 
 
 def takeaway(data: dict) -> str:
     f = article_facts(data)
-    if not f["arms_gated"]:
-        return f"{f['gpus']} 卡 FSDP2 训练 {f['steps']} 步：没有可判定的补丁（{prose.join(f['unavailable'])}不可用）。"
-    verdict = "都通过 loss 门限" if f["passed"] else "并未都通过 loss 门限"
-    text = (f"{f['gpus']} 张 {f['gpu']} 上用 FSDP2 训练 {f['steps']} 步，{prose.join(f['arms_gated'])}在 "
-            f"{len(f['variants'])} 种精度设置下{verdict}：末段 loss 与 HF 最多相差 "
-            f"{prose.pct(f['worst_final_rel_diff'], 3)}（{f['worst']}），对照组最多 {prose.pct(f['control_final_rel_diff'], 3)}")
+    text = (f"{f['gpus']} 张 {f['gpu']} 上" if f["gpu"] else f"{f['gpus']} 个 CPU 进程") + f"用 FSDP2 训练 {f['steps']} 步"
+    if f["arms_gated"]:
+        if f["all_gated"] and not f["failed"]:
+            text += f"，{prose.join(f['arms_gated'])}在 {len(f['variants'])} 种精度设置下都通过 loss 门限"
+        else:
+            text += f"，通过 loss 门限的：{prose.join(f['gate_passed']) or '无'}"
+            text += f"；未通过的：{prose.join(f['failed'])}" if f["failed"] else ""
+        text += (f"；末段 loss 与 HF 最多相差 {prose.pct(f['worst_final_rel_diff'], 3)}（{f['worst']}），"
+                 f"对照组最多 {prose.pct(f['control_final_rel_diff'], 3)}")
+    else:
+        text += "，没有可判定的补丁"
+    if f["errors"]:
+        text += f"；出错：{prose.join(f['errors'])}"
     if f["unavailable"]:
         text += f"；{prose.join(f['unavailable'])}不可用"
     return text + "。"
 
 
 def _caption(data: dict) -> str:
-    cfg = data["config"]
+    cfg, results = data["config"], data["results"]
     m, gate = cfg["geometry"], cfg["gate"]
+    errors = [f"{_where(v, a)}：{results[v][a]['reason']}" for v in cfg["variants"] for a in ARMS
+              if results[v][a]["status"] == "error"]
     return (f"{cfg['world_size']} 个进程（每卡一个），每个解码层与整个模型各调用一次 fully_shard；Qwen3 "
             f"{m['num_hidden_layers']} 层，hidden {m['hidden_size']}，字节词表 {m['vocab_size']}；{cfg['steps']} 步，"
             f"每步全局 B={cfg['batch']}（每卡 {cfg['batch'] // cfg['world_size']}）×T={cfg['seq_len']}，数据、种子、"
             f"学习率与 loss 曲线实验相同。末段 loss = 最后 {gate['final_window']} 步的均值，末段差是与 HF 的相对差，"
-            f"括号里是末段阈值；最大逐步差是与 HF 同一步 loss 之差的最大绝对值；step 时间取两卡中位数中较大的一个")
+            f"括号里是末段阈值；逐步最大差是与 HF 同一步 loss 之差的最大绝对值；step 时间取两卡中位数中较大的一个"
+            + "".join(f"。{e}" for e in errors))
 
 
 def render(data: dict) -> dict[str, str]:
     cfg, results = data["config"], data["results"]
     f = common.fmt
+    window = cfg["gate"]["final_window"]
     rows = []
     for variant in cfg["variants"]:
-        arms = results[variant]
-        window = cfg["gate"]["final_window"]
         for arm in ARMS:
-            r, name = arms[arm], f"{variant_zh(variant)}：{ARM_ZH[arm]}"
+            r, name = results[variant][arm], f"{variant_zh(variant)}：{ARM_ZH[arm]}"
             if r["status"] != "ok":
-                rows.append([name, "—", "—", "—", "不可用", "—"])
+                rows.append([name, "—", "—", "—", STATUS_ZH[r["status"]], "—"])
                 continue
-            gate = r.get("gate")  # patched arms: the gate; the control: its own distance from HF
+            gate = r.get("gate")  # patched arms: the gate; the control: its own report against HF
             rel = "—" if gate is None else f"{100 * gate['final_rel_diff']:.3f}" + (
                 f"（{100 * gate['final_limit']:.3f}）" if arm in PATCHED else "")
-            verdict = VERDICT.get(arm) or ("通过" if gate["passed"] else "未通过")
             rows.append([name, f(sum(r["losses"][-window:]) / window, 5),
-                         "—" if gate is None else f(gate["max_abs_diff"], 3), rel, verdict,
-                         f(max(r["median_step_ms"]), 3)])
+                         "—" if gate is None else f(gate["max_abs_diff"], 3), rel,
+                         VERDICT.get(arm) or ("通过" if gate["passed"] else "未通过"), f(max(r["median_step_ms"]), 3)])
     table = common.md_table(["精度设置：实现", "末段 loss（nats/字节）", "与 HF 逐步最大差（nats）",
                              "末段差（%，阈值）", "判定", "step 时间（ms）"], rows, "lrrrcr")
-    out = {"fsdp2.md": prose.page(table, _caption(data), takeaway(data))}
     curves = {v: {a: results[v][a]["losses"] for a in _ok(results[v])} for v in cfg["variants"]}
-    out["fsdp2.svg"] = loss_plot(curves, cfg["gate"]["step_rtol"], PLOT_LABELS, PLOT_DIFFS)
-    return out
+    return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
+            "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], PLOT_LABELS, PLOT_DIFFS)}
 
 
 def main(argv=None) -> int:

@@ -54,10 +54,10 @@ def log_outcome(text: str) -> str:
     gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
     if gates:
         return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
-    gates = re.findall(r"\[fsdp2\] (\w+)/(\w+): gate (PASSED|FAILED)", text)
+    gates = re.findall(r"\[fsdp2\] (\w+)/(\w+): (?:gate )?(PASSED|FAILED|ERROR)", text)
     if gates:
-        return "门限：" + "，".join(prose.glue(f"{variant_zh(v)} {ARM_ZH[a]}", "通过" if g == "PASSED" else "未通过")
-                                  for v, a, g in gates)
+        verdicts = {"PASSED": "通过", "FAILED": "未通过", "ERROR": "出错"}
+        return "门限：" + "，".join(prose.glue(f"{variant_zh(v)} {ARM_ZH[a]}", verdicts[g]) for v, a, g in gates)
     return ""
 
 

@@ -163,8 +163,10 @@ def test_log_outcome_parsing():
     assert summary_p2.log_outcome("25 passed, 1 warning in 32.36s\n") == "25 通过"
     assert summary_p2.log_outcome("  [loss_curve] amp: gate PASSED: x\n  [loss_curve] bf16: gate FAILED: y") \
         == "门限：fp32 权重 + bf16 autocast 通过，bf16 权重未通过"
-    assert summary_p2.log_outcome("  [fsdp2] amp/triton: gate PASSED: x\n  [fsdp2] bf16/fused: gate FAILED: y") \
-        == "门限：fp32 权重 + bf16 autocast 生产版 RMSNorm 通过，bf16 权重 融合残差加 + RMSNorm 未通过"
+    assert summary_p2.log_outcome("  [fsdp2] amp/fused: ERROR ValueError: z\n  [fsdp2] amp/triton: gate PASSED: x\n"
+                                  "  [fsdp2] bf16/fused: gate FAILED: y") \
+        == "门限：fp32 权重 + bf16 autocast 融合残差加 + RMSNorm 出错，fp32 权重 + bf16 autocast 生产版 RMSNorm 通过，" \
+           "bf16 权重 融合残差加 + RMSNorm 未通过"
     assert summary_p2.log_outcome("no summary here") == ""
 
 
