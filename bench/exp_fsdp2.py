@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -167,7 +168,7 @@ def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, de
     dist.all_reduce(mean_loss)  # SUM (gloo has no AVG), then / ranks: the global batch's mean loss
     mean_loss /= dist.get_world_size()
     timed = times_ms[min(TIMING_WARMUP, len(times_ms) - 1):]
-    per_rank = _gather({"step_ms": rounded(times_ms, 4), "median_ms": common._quantile(sorted(timed), 0.5),
+    per_rank = _gather({"step_ms": rounded(times_ms, 4), "median_ms": statistics.median(timed),
                         "peak_gib": peak, "parameters": local_parameters})
     return {"status": "ok", "losses": mean_loss.tolist(),  # rounded once gated
             "median_step_ms": [r["median_ms"] for r in per_rank], "peak_gib": [r["peak_gib"] for r in per_rank],
@@ -234,7 +235,7 @@ def worker(quick: bool, out: pathlib.Path) -> None:
         geometry=geometry(config), world_size=world, backend=dist.get_backend(),
         nccl=".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None,
         arms=list(ARMS), optimizer=OPTIMIZER, final_loss=f"mean of the last {cfg['gate']['final_window']} steps",
-        sharding=f"fully_shard on each of the {config.num_hidden_layers} decoder layers, then on the root Qwen3ForCausalLM",
+        sharding=f"fully_shard on each of the {config.num_hidden_layers} decoder layers, then on Qwen3ForCausalLM",
         precision={"amp": "fp32 sharded parameters and AdamW state, bf16 autocast, fp32 collectives",
                    "bf16": "bf16 parameters, AdamW state and collectives"},
         data=(f"global batch of {cfg['batch']} windows per step from batch_starts(seed={cfg['data_seed']}); "

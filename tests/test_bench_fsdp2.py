@@ -21,7 +21,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench import common, exp_fsdp2
-from bench.exp_loss_curve import corpus, model_config
+from bench.exp_loss_curve import corpus, gate_with_control, model_config
 from loss_consistency import batch_starts, train_lockstep
 
 # The fused patch adds x and residual of one dtype; under autocast the residual stream is fp32 and a
@@ -58,6 +58,19 @@ def test_configs_keep_the_loss_curve_setup():
     assert full["steps"] >= 200 and full["batch"] % exp_fsdp2.WORLD_SIZE == 0
     assert full["gate"] == dict(final_window=50, final_rtol=5e-3, step_rtol=0.05)
     assert full["variants"] == ["amp", "bf16"] and full["model"]["num_hidden_layers"] == 4
+
+
+def test_gate_with_control_widens_by_the_controls_own_distance():
+    """The loss-curve rule both experiments share: the control's final difference from HF, doubled, is
+    the final-loss limit when larger than 0.5 %; the per-step limit stays."""
+    hf = [3.0 - 0.01 * i for i in range(100)]
+    lines = []
+    gate, control = gate_with_control(hf, [x * 1.006 for x in hf], [x * 1.004 for x in hf], {}, "amp/triton",
+                                      lines.append)
+    assert control["final_rel_diff"] == pytest.approx(0.004) and gate["final_limit"] == pytest.approx(0.008)
+    assert gate["passed"] and lines[0].startswith("amp/triton: gate PASSED")
+    gate, _ = gate_with_control(hf, [x * 1.006 for x in hf], hf, {}, "bf16/fused", lines.append)
+    assert not gate["passed"] and lines[1].startswith("bf16/fused: gate FAILED")
 
 
 def test_unknown_arm():
@@ -132,7 +145,8 @@ def test_render_from_the_quick_run(quick):
     assert rest.count("\n| ") == 1 + len(quick["config"]["variants"]) * len(exp_fsdp2.ARMS)
     assert any("相对差" in t for t in common.svg_texts(rendered["fsdp2.svg"]))
     facts = exp_fsdp2.article_facts(quick)
-    assert facts["passed"] == quick["results"]["passed"] and facts["steps"] == quick["config"]["steps"] and facts["gpus"] == 2
+    assert facts["passed"] == quick["results"]["passed"]
+    assert facts["steps"] == quick["config"]["steps"] and facts["gpus"] == 2
     assert facts["worst_final_rel_diff"] == max(quick["results"][v][a]["gate"]["final_rel_diff"]
                                                 for v in quick["config"]["variants"] for a in exp_fsdp2.PATCHED
                                                 if quick["results"][v][a]["status"] == "ok")
