@@ -61,6 +61,8 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 NAME = "loss_curve"
 MODELS = ("hf", "triton", "control")
 LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "Triton RMSNorm", "control": "control: one rounding"}
+OPTIMIZER = ("AdamW(betas=(0.9, 0.95), weight_decay=0), grad-norm clip 1.0, linear warm-up, "
+             "cosine decay to 0.1 x lr")
 VARIANT_LABELS = {"amp": "fp32 weights + bf16 autocast", "bf16": "bf16 weights", "fp32": "fp32"}
 
 
@@ -79,7 +81,7 @@ def model_config(cfg: dict):
     return tiny_qwen3_config(vocab_size=VOCAB_SIZE, use_cache=False, **cfg["model"])
 
 
-def _control_class():
+def control_norm_class():
     class OneRoundingRMSNorm(torch.nn.Module):
         """RMSNorm computed fully in fp32 and cast once (HF casts x_hat first, then multiplies)."""
 
@@ -96,14 +98,47 @@ def _control_class():
     return OneRoundingRMSNorm
 
 
-def _round(values, digits: int = 5) -> list:
+def rounded(values, digits: int = 5) -> list:
     return [float(f"{v:.{digits}g}") for v in values]
+
+
+def gate_with_control(hf, patched, control, gate_cfg: dict, label: str, log=print) -> tuple[dict, dict]:
+    """(gate, control_gate): ``patched`` vs ``hf`` with the control's final-loss distance from HF as the
+    noise floor, and the control's own report against HF; logs one line that names the verdict."""
+    control_gate = loss_gate(hf, control, **gate_cfg)
+    gate = loss_gate(hf, patched, **gate_cfg, noise_final_rel_diff=control_gate["final_rel_diff"])
+    log(f"{label}: gate {'PASSED' if gate['passed'] else 'FAILED'}: final rel diff {gate['final_rel_diff']:.2e} "
+        f"(limit {gate['final_limit']:.2e}; control {control_gate['final_rel_diff']:.2e}), "
+        f"max step rel diff {gate['max_rel_diff']:.2e} (control {control_gate['max_rel_diff']:.2e})")
+    return gate, control_gate
+
+
+def corpus(cfg: dict):
+    """The training tokens (first ``cfg["corpus_tokens"]`` stdlib bytes, CPU); records their provenance
+    in ``cfg["corpus"]``."""
+    tokens = stdlib_tokens()[:cfg["corpus_tokens"]]  # all of it if the stdlib is smaller
+    if tokens.numel() < 50 * cfg["seq_len"]:
+        raise RuntimeError(f"only {tokens.numel()} stdlib tokens found at {sysconfig.get_paths()['stdlib']}")
+    cfg["corpus"] = {
+        "source": "CPython stdlib *.py files, sorted path order, bytes + EOS (256) between files",
+        "stdlib": sysconfig.get_paths()["stdlib"],
+        "python": platform.python_version(),
+        "tokens": tokens.numel(),
+        "sha256": hashlib.sha256(tokens.to(torch.int16).numpy().tobytes()).hexdigest(),
+    }
+    return tokens
+
+
+def geometry(config) -> dict:
+    return {k: getattr(config, k) for k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "vocab_size", "rms_norm_eps")}
 
 
 def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict:
     config = model_config(cfg)
     hf, triton_model = build_pair(config, TritonQwen3RMSNorm, seed=cfg["seed"])
-    undo = patch_qwen3_rmsnorm(_control_class())
+    undo = patch_qwen3_rmsnorm(control_norm_class())
     try:
         control = Qwen3ForCausalLM(config)
     finally:
@@ -122,14 +157,10 @@ def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict
     curves = train_lockstep(models, tokens, starts, cfg["seq_len"], lr=cfg["lr"], warmup=cfg["warmup"],
                             autocast_dtype=autocast, log_every=max(1, cfg["steps"] // 10))
     seconds = time.perf_counter() - start
-    control_gate = loss_gate(curves[0], curves[2], **cfg["gate"])
-    gate = loss_gate(curves[0], curves[1], **cfg["gate"], noise_final_rel_diff=control_gate["final_rel_diff"])
-    log(f"{variant}: gate {'PASSED' if gate['passed'] else 'FAILED'}: final rel diff {gate['final_rel_diff']:.2e} "
-        f"(limit {gate['final_limit']:.2e}; control {control_gate['final_rel_diff']:.2e}), "
-        f"max step rel diff {gate['max_rel_diff']:.2e} (control {control_gate['max_rel_diff']:.2e})")
+    gate, control_gate = gate_with_control(curves[0], curves[1], curves[2], cfg["gate"], variant, log)
     norm_weights = [p for n, p in models[0].named_parameters() if "norm" in n]
     return {
-        "losses": {name: _round(curve) for name, curve in zip(MODELS, curves)},
+        "losses": {name: rounded(curve) for name, curve in zip(MODELS, curves)},
         "gate": gate,
         "control_gate": control_gate,
         "seconds": seconds,
@@ -141,28 +172,14 @@ def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict
 
 def run(args) -> dict:
     _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, loss_config(True), loss_config(False))
-    tokens = stdlib_tokens()[:cfg["corpus_tokens"]]  # all of it if the stdlib is smaller
-    if tokens.numel() < 50 * cfg["seq_len"]:
-        raise RuntimeError(f"only {tokens.numel()} stdlib tokens found at {sysconfig.get_paths()['stdlib']}")
-    cfg["corpus"] = {
-        "source": "CPython stdlib *.py files, sorted path order, bytes + EOS (256) between files",
-        "stdlib": sysconfig.get_paths()["stdlib"],
-        "python": platform.python_version(),
-        "tokens": tokens.numel(),
-        "sha256": hashlib.sha256(tokens.to(torch.int16).numpy().tobytes()).hexdigest(),
-    }
-    tokens = tokens.to(device)
+    tokens = corpus(cfg).to(device)
     results = {}
     for variant in cfg["variants"]:
         results[variant] = run_variant(variant, cfg, tokens, device,
                                        log=lambda m: print(f"  [loss_curve] {m}", flush=True))
-    config = model_config(cfg)
-    cfg["geometry"] = {k: getattr(config, k) for k in (
-        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-        "head_dim", "vocab_size", "rms_norm_eps")}
+    cfg["geometry"] = geometry(model_config(cfg))
     cfg["final_loss"] = f"mean of the last {cfg['gate']['final_window']} steps"
-    cfg["optimizer"] = ("AdamW(betas=(0.9, 0.95), weight_decay=0), grad-norm clip 1.0, linear warm-up, "
-                        "cosine decay to 0.1 x lr")
+    cfg["optimizer"] = OPTIMIZER
     results["passed"] = all(results[v]["gate"]["passed"] for v in cfg["variants"])
     return {"config": cfg, "results": results}
 
@@ -235,33 +252,44 @@ def render(data: dict) -> dict[str, str]:
 
 
 PLOT_LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}
-PLOT_DIFFS = {"triton": "生产版 − HF", "control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）"}
+# Drawn in this order: the control under the kernels.
+PLOT_DIFFS = {"control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）", "triton": "生产版 − HF"}
+PLOT_COLORS = {"hf": common.PASTEL_LINE["blue"], "triton": common.PASTEL_LINE["pink"],
+               "control": common.PASTEL_LINE["green"], "fused": common.PASTEL_LINE["purple"]}
 
 
 def _plot(data: dict) -> str:
-    plt = common.plot_style()
     cfg, results = data["config"], data["results"]
-    variants = cfg["variants"]
+    return loss_plot({v: results[v]["losses"] for v in cfg["variants"]}, cfg["gate"]["step_rtol"])
+
+
+def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict = PLOT_LABELS,
+              diffs: dict = PLOT_DIFFS) -> str:
+    """One column per precision setting (``curves``: variant -> name -> losses): the loss curves of
+    ``labels`` on top (HF solid, the others dashed), the relative differences from HF of ``diffs`` below."""
+    plt = common.plot_style()
+    variants = list(curves)
     fig, axes = plt.subplots(2, len(variants), figsize=(5.2 * len(variants), 6.4), sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": [3, 2], "wspace": 0.3, "hspace": 0.25})
-    colors = {"hf": common.PASTEL_LINE["blue"], "triton": common.PASTEL_LINE["pink"],
-              "control": common.PASTEL_LINE["green"]}
-    limit = 100 * cfg["gate"]["step_rtol"]
+    limit = 100 * step_rtol
     for col, variant in enumerate(variants):
-        losses = results[variant]["losses"]
+        losses = curves[variant]
         steps = list(range(1, len(losses["hf"]) + 1))
         top, bottom = axes[0][col], axes[1][col]
-        top.plot(steps, losses["hf"], color=colors["hf"], linewidth=1.6, label=PLOT_LABELS["hf"])
-        top.plot(steps, losses["triton"], color=colors["triton"], linewidth=1.0, linestyle="--",
-                 label=PLOT_LABELS["triton"])
+        for name, label in labels.items():
+            if name in losses:
+                top.plot(steps, losses[name], color=PLOT_COLORS[name], linewidth=1.6 if name == "hf" else 1.0,
+                         linestyle="-" if name == "hf" else "--", label=label)
         top.set_title(VARIANT_ZH.get(variant, variant), fontsize=10)
         top.set_ylabel("训练 loss（nats/字节）")
         top.legend(fontsize=8)
         largest = 0.0
-        for name in ("control", "triton"):
+        for name, label in diffs.items():
+            if name not in losses:
+                continue
             rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
             largest = max([largest] + [abs(v) for v in rel if v == v])
-            bottom.plot(steps, rel, color=colors[name], linewidth=0.8, label=PLOT_DIFFS[name])
+            bottom.plot(steps, rel, color=PLOT_COLORS[name], linewidth=0.8, label=label)
         span = min(1.2 * limit, max(1.3 * largest, 0.01))
         if span >= limit:
             bottom.axhline(limit, color="#999999", linestyle=":", linewidth=1)

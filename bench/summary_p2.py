@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from bench import common, prose
+from bench.exp_fsdp2 import ARM_ZH
 from bench.exp_loss_curve import variant_zh
 from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
 from bench.exp_step import BASELINE, _summary, geometry_zh, tier_zh
@@ -20,7 +21,13 @@ DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 OPTIONAL_DATA = ("width_sweep", "fused_add")
 
 # Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
-LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log", r"profile-rmsnorm-.*\.log")
+LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log",
+                r"profile-rmsnorm-.*\.log", r"fsdp2-.*\.log")
+# Logs named after the commit they ran, described by kind (the file name is only known once the run is done).
+LOG_KINDS = {
+    r"fsdp2-[0-9a-f]{7,40}\.log": "fsdp2.json 那次运行的日志：两卡 FSDP2 训练，HF、对照组、生产版 RMSNorm 与融合残差加 + "
+                                "RMSNorm 逐一训练，每个补丁过 loss 门限",
+}
 LOGS = {
     "gpu-kernel-tests-42f31f2.log": "kernel 测试（tests/test_rmsnorm_triton.py）在 H200 上的一次运行，随机扫描一项未过",
     "gpu-tests-85d659c.log": "GPU 全套测试",
@@ -42,7 +49,8 @@ OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "erro
 
 
 def log_outcome(text: str) -> str:
-    """'48 通过，1 失败' from pytest's summary line; '门限 amp 通过，bf16 未通过' from a loss-curve log."""
+    """'48 通过，1 失败' from pytest's summary line; '门限 amp 通过，bf16 未通过' from a loss-curve log;
+    one verdict per precision setting and patch from an FSDP2 log."""
     summaries = re.findall(r"^[= ]*(\d+ (?:passed|failed)[^\n]*?) in [\d.]+s", text, re.MULTILINE)
     if summaries:
         counts = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summaries[-1])
@@ -50,20 +58,29 @@ def log_outcome(text: str) -> str:
     gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
     if gates:
         return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
+    gates = re.findall(r"\[fsdp2\] (\w+)/(\w+): (?:gate )?(PASSED|FAILED|ERROR)", text)
+    if gates:
+        verdicts = {"PASSED": "通过", "FAILED": "未通过", "ERROR": "出错"}
+        return "门限：" + "，".join(prose.glue(f"{variant_zh(v)} {ARM_ZH[a]}", verdicts[g]) for v, a, g in gates)
     return ""
+
+
+def log_description(name: str) -> str | None:
+    """LOGS[name], or the description of the kind of log ``name`` is (LOG_KINDS)."""
+    return LOGS.get(name) or next((text for kind, text in LOG_KINDS.items() if re.fullmatch(kind, name)), None)
 
 
 def p2_logs(gpu: str) -> list[tuple[str, str]]:
     """(file, description) of every 篇2 log committed under docs/data/<gpu>/."""
     folder = common.DATA_DIR / gpu
     names = sorted(p.name for p in folder.glob("*.log") if any(re.fullmatch(x, p.name) for x in LOG_PATTERNS))
-    missing = [n for n in names if n not in LOGS]
+    missing = [n for n in names if log_description(n) is None]
     if missing:
         raise KeyError(f"describe these 篇2 logs in bench/summary_p2.py LOGS: {missing}")
     out = []
     for name in names:
         outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
-        out.append((name, LOGS[name] + (f"（{outcome}）" if outcome else "")))
+        out.append((name, log_description(name) + (f"（{outcome}）" if outcome else "")))
     return out
 
 
@@ -199,6 +216,10 @@ def ridge_sentence(roofline: dict) -> str:
 
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}
+    try:  # the two-GPU FSDP2 run, from another machine: listed with the data files when committed
+        optional = {"fsdp2": load("fsdp2")}
+    except FileNotFoundError:
+        optional = {}
     rms, step, loss = data["rmsnorm"], data["step"], data["loss_curve"]
     for name in OPTIONAL_DATA:
         try:
@@ -211,7 +232,7 @@ def render_summary(load) -> dict[str, str]:
     out = {
         "p2_env.md": common.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
                                                                           else ())),
-        "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in data.items()})
+        "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),

@@ -93,6 +93,12 @@ def get_batch(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> torch
     return tokens[starts[:, None] + torch.arange(seq_len, device=tokens.device)]
 
 
+def adamw(model, lr: float):
+    """The optimizer of every run: AdamW, betas (0.9, 0.95), no weight decay."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95),
+                             weight_decay=0.0)
+
+
 def train_step(model, optimizer, batch, lr: float, autocast_dtype=None) -> torch.Tensor:
     """One AdamW step; returns the loss as a 0-dim tensor (no host sync)."""
     for group in optimizer.param_groups:
@@ -128,8 +134,7 @@ def train_lockstep(models, tokens, starts, seq_len: int, lr: float, warmup: int 
     fluctuating by about lr, so two correct runs would end further apart than the
     precision difference under test.
     """
-    optimizers = [torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.95),
-                                    weight_decay=0.0) for m in models]
+    optimizers = [adamw(model, lr) for model in models]
     losses = [[] for _ in models]
     for step, step_starts in enumerate(starts):
         batch = get_batch(tokens, step_starts, seq_len)
