@@ -51,6 +51,10 @@ PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 DTYPE = torch.bfloat16
 EPS = 1e-6
 BYTES = {"fwd_io": 4, "bwd_io": 4}
+# Passes over the R x H values (the docstring above): fused forward reads x, r and writes s, y;
+# unfused the add reads x, r, writes s, then the norm reads s, writes y. Backward: fused reads
+# dy, ds, s, writes dx; unfused the norm reads dy, s, writes its dx, then autograd adds ds to it.
+PASSES = {"fused": {"fwd": 4, "fwd_bwd": 8}, "unfused": {"fwd": 5, "fwd_bwd": 11}}
 
 
 class HFAddNorm(torch.nn.Module):
@@ -241,6 +245,30 @@ def _ratio_table(data) -> str:
     table = common.md_table(["形状"] + [f"{ZH[n]} ÷ 融合版" for n in names], body)
     return prose.page(table, "每格为 forward / forward + backward 的用时之比，大于 1 表示融合版更快；"
                              f"bf16，{rows_caption(data['results']['shapes'])}，CUDA graph 重放的 GPU 时间中位数。")
+
+
+def byte_bound(phase: str) -> float:
+    """How much faster the fusion can make a copy-bound add + norm: unfused passes ÷ fused passes."""
+    return PASSES["unfused"][phase] / PASSES["fused"][phase]
+
+
+def gain_parts(data) -> list[str]:
+    """The fusion's own gain at op level, per phase: fused vs unfused (a torch add, then the same norm kernels),
+    against the bound that the bytes set; then the fused kernels against the fastest peer, forward + backward."""
+    parts = []
+    for phase in ("fwd", "fwd_bwd"):
+        rows = [{"label": r["label"], "ratio": r["ratios"]["unfused"]} for r in vs_peers(data, phase)
+                if r["ratios"].get("unfused")]
+        if not rows:
+            why = data["results"].get("skipped", {}).get("triton") or "没有结果"
+            parts.append(f"{PHASE_ZH[phase]}：融合版或不融合的一方未测（{why}）")
+            continue
+        parts.append(prose.glue(PHASE_ZH[phase], f"按字节最多快到 {prose.times(byte_bound(phase))}，实测")
+                     + compare_sentence(rows, subject="融合版", other="不融合"))
+    best = [r for r in vs_peers(data, "fwd_bwd") if r["ratio"] is not None]
+    if best:
+        parts.append("与最快的对手相比，forward + backward " + compare_sentence(best, subject="融合版", labels=ZH))
+    return parts
 
 
 def render(data: dict) -> dict[str, str]:

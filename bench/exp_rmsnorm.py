@@ -371,8 +371,9 @@ def compare_sentence(rows, subject="生产版", other="最快的对手", labels=
     if tied:
         clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 1%）")
     if slower:
-        who = prose.join(dict.fromkeys((labels or ZH)[r["peer"]] for r in slower)) if "peer" in slower[0] else other
-        clauses.append(f"{at(r['label'] for r in slower)}比{other}（{who}）慢 "
+        who = (f"（{prose.join(dict.fromkeys((labels or ZH)[r['peer']] for r in slower))}）"
+               if "peer" in slower[0] else "")
+        clauses.append(f"{at(r['label'] for r in slower)}比{other}{who}慢 "
                        f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
     return "，".join(clauses)
 

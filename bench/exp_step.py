@@ -475,6 +475,7 @@ TIER_ZH = {
     "liger": "Liger（全套补丁）",
 }
 FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
+SMALL_SHARE = 0.05  # RMSNorm under 5 % of a step: fusing more into it cannot move the step much
 FUSES_MORE = {"triton_fused_add", "compile", "triton_compile", "liger"}  # tiers that fuse more than RMSNorm
 
 
@@ -502,6 +503,56 @@ def _ok(rows: list[dict]) -> dict[str, dict]:
     return {r["tier"]: r for r in rows if r["status"] == "ok"}
 
 
+def fused_add_relation(fused: dict, ours: dict) -> str:
+    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add tier's step against the plain Triton tier's.
+
+    Within 1 % is a tie; a larger gap inside both tiers' min–max ranges is said to be within the noise.
+    """
+    ratio = fused["step"] / ours["step"]
+    if abs(ratio - 1) < 0.01:
+        return "与生产版持平（相差不到 1%）"
+    text = f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
+    if fused["lo"] <= ours["hi"] and ours["lo"] <= fused["hi"]:
+        text += "，但仍在两档各自的波动区间之内"
+    return text
+
+
+def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
+    """One sentence: the fused-add tier's step against the plain Triton tier, and how much RMSNorm weighs."""
+    ok = _ok(rows)
+    fused, ours = ok.get(FUSED_ADD), ok.get("triton")
+    if not fused or not ours:
+        missing = [t for t in (FUSED_ADD, "triton") if t not in ok]
+        verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
+        return f"{geometry_zh(data)}的一步训练：{prose.join(tier_zh(t) for t in missing)}这一档{verb}。"
+    f = common.fmt
+    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
+            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours)}")
+    if ours["rms"] is not None and fused["rms"] is not None:
+        text += (f"；生产版的一步里 RMSNorm 占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms），融合后 RMSNorm "
+                 f"连同被融合的加法占 {prose.pct(fused['share'], 1)}（{f(fused['rms'], 3)} ms）")
+        if ours["share"] < SMALL_SHARE:
+            text += "，step 层面能省的本来就不多"
+    return text + "。"
+
+
+def fused_add_step(data: dict, rows: list[dict]) -> str:
+    """The fused residual add at step level: the takeaway and a table of HF eager, Triton, Triton + fused add."""
+    ok = _ok(rows)
+    ours = ok.get("triton")
+    f = common.fmt
+    body = []
+    for tier in (BASELINE, "triton", FUSED_ADD):
+        r = ok.get(tier)
+        if r:
+            body.append([tier_zh(tier), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+                         prose.times(r["speedup"]) if r["speedup"] else "—",
+                         prose.times(ours["step"] / r["step"]) if ours else "—"])
+    table = common.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "相对生产版"], body, "lrrrr")
+    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + _caption(data),
+                      fused_add_takeaway(data, rows))
+
+
 def _step_takeaway(data: dict, rows: list[dict]) -> str:
     ok = _ok(rows)
     base, ours = ok.get(BASELINE), ok.get("triton")
@@ -517,10 +568,8 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
         fwd = ok["triton_fwd"]["speedup"]
         parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1.01 else "收益小于两者都换"))
     if FUSED_ADD in ok:
-        ratio = ok[FUSED_ADD]["step"] / ours["step"]
-        relation = ("与生产版持平（相差不到 1%）" if abs(ratio - 1) < 0.01
-                    else f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}")
-        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，{relation}")
+        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
+                     + fused_add_relation(ok[FUSED_ADD], ours))
     faster = [t for t in ("compile", "triton_compile", "liger") if t in ok and ok[t]["step"] < ours["step"] * 0.99]
     if faster:
         parts.append(prose.join(prose.glue(tier_zh(t), prose.times(ok[t]["speedup"])) for t in faster)
@@ -595,6 +644,7 @@ def render(data: dict) -> dict[str, str]:
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
             + (f"{tier_zh(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + _caption(data), _share_takeaway(data, rows)),
+        "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }
 

@@ -12,7 +12,8 @@ from bench import common, prose
 from bench.exp_fsdp2 import ARM_ZH
 from bench.exp_loss_curve import variant_zh
 from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
-from bench.exp_step import BASELINE, _summary, geometry_zh, tier_zh
+from bench.exp_fused_add import PASSES, gain_parts
+from bench.exp_step import BASELINE, _summary, fused_add_takeaway, geometry_zh, tier_zh
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -214,6 +215,16 @@ def ridge_sentence(roofline: dict) -> str:
     return text + "。\n"
 
 
+def fused_add_keypoints(fused: dict, step: dict) -> str:
+    """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
+    f, u = PASSES["fused"], PASSES["unfused"]
+    points = [f"每个“残差加 → RMSNorm”融合成一个 kernel：forward 读写整张量从 {u['fwd']} 遍降到 {f['fwd']} 遍，"
+              f"backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
+    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in gain_parts(fused)]
+    points.append(fused_add_takeaway(step, _summary(step)))
+    return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
+
+
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}
     try:  # the two-GPU FSDP2 run, from another machine: listed with the data files when committed
@@ -237,6 +248,8 @@ def render_summary(load) -> dict[str, str]:
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),
     }
+    if "fused_add" in data:
+        out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)
     try:
         out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"))
     except FileNotFoundError:  # 篇1's roofline data not committed for this GPU

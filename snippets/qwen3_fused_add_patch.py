@@ -196,22 +196,3 @@ def patch_qwen3_fused_add_rmsnorm():
     return undo
 # --8<-- [end:patch]
 
-
-if __name__ == "__main__":
-    from transformers import Qwen3ForCausalLM
-
-    from qwen3_configs import tiny_qwen3_config
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: TRITON_INTERPRET=1
-    # --8<-- [start:usage]
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_qwen3_config()).to(device)
-    ids = torch.randint(0, model.config.vocab_size, (2, 16), device=device)
-    reference = model(input_ids=ids, labels=ids).loss
-
-    undo = patch_qwen3_fused_add_rmsnorm()  # models built before or after
-    fused = model(input_ids=ids, labels=ids).loss
-    fused.backward()
-    undo()  # HF's forwards are back
-    print(f"loss: HF {reference.item():.6f}, fused add + RMSNorm {fused.item():.6f}")
-    # --8<-- [end:usage]

@@ -21,8 +21,8 @@ Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing tr
 """
 import os
 
-import torch
 # --8<-- [start:imports]
+import torch
 import triton
 import triton.language as tl
 

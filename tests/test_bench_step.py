@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
-from bench import exp_step
+from bench import exp_step, prose
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -84,3 +84,68 @@ def test_tier_selection(monkeypatch):
     monkeypatch.setenv("BENCH_STEP_TIERS", "eager,fast")
     with pytest.raises(ValueError, match="fast"):
         exp_step.selected_tiers()
+
+
+# ---------------------------------------------------------------- the fused-add tier's sentence and table
+
+def _step_fixture():
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).parent / "fixtures" / "step.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _set_fused(data, ratio, spread):
+    """The fused-add tier at ``ratio`` × the triton tier's step, each with a min–max range of ±spread."""
+    results = data["results"]
+    ours = results["triton"]["median_ms"]
+    for tier, step in (("triton", ours), (exp_step.FUSED_ADD, ours * ratio)):
+        results[tier].update(median_ms=step, min_ms=step * (1 - spread), max_ms=step * (1 + spread))
+    return data
+
+
+@pytest.mark.parametrize("ratio, spread, words, absent", [
+    (0.97, 0.001, "比生产版快 3.0%", "波动区间"),
+    (0.97, 0.05, "比生产版快 3.0%，但仍在两档各自的波动区间之内", None),
+    (1.05, 0.001, "比生产版慢 5.0%", "波动区间"),
+    (0.995, 0.05, "与生产版持平（相差不到 1%）", "比生产版"),
+])
+def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
+    data = _set_fused(_step_fixture(), ratio, spread)
+    rows = exp_step._summary(data)
+    text = exp_step.render(data)["step_fused_add.md"]
+    takeaway = text.split("\n\n")[0]
+    assert words in takeaway and takeaway.endswith("。") and not takeaway.startswith("|")
+    assert absent is None or absent not in takeaway
+    assert words in exp_step._step_takeaway(data, rows)  # the step table's sentence says the same
+    header = next(line for line in text.splitlines() if line.startswith("|"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert len(cells) <= 6 and cells[0] == "档位" and "相对生产版" in cells
+    body = [line for line in text.splitlines() if line.startswith("| ") and "档位" not in line and ":--" not in line]
+    assert [line.split("|")[1].strip() for line in body] == [
+        exp_step.tier_zh(t) for t in (exp_step.BASELINE, "triton", exp_step.FUSED_ADD)]
+    fused_row = body[-1].split("|")
+    assert fused_row[5].strip() == prose.times(1 / ratio)
+
+
+def test_fused_add_share_clause_follows_the_data():
+    data = _set_fused(_step_fixture(), 0.97, 0.001)
+    profile = data["results"]["triton"]["profile"]
+    step = data["results"]["triton"]["median_ms"]
+    profile["rmsnorm_ms"] = 0.02 * step  # RMSNorm 2 % of the step: not much left to save
+    small = exp_step.fused_add_takeaway(data, exp_step._summary(data))
+    assert "生产版的一步里 RMSNorm 占 2.0%" in small and "step 层面能省的本来就不多" in small
+    profile["rmsnorm_ms"] = 0.2 * step
+    large = exp_step.fused_add_takeaway(data, exp_step._summary(data))
+    assert "占 20.0%" in large and "本来就不多" not in large
+
+
+def test_fused_add_without_the_tier_says_so():
+    data = _step_fixture()
+    data["results"][exp_step.FUSED_ADD] = {"tier": exp_step.FUSED_ADD, "status": "skipped", "reason": "budget"}
+    text = exp_step.render(data)["step_fused_add.md"]
+    assert "没有跑成" in text.split("\n\n")[0]
+    assert exp_step.tier_zh(exp_step.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
+    del data["results"][exp_step.FUSED_ADD]  # a run from before the tier existed
+    assert exp_step.fused_add_takeaway(data, exp_step._summary(data)).endswith("生产版 + 融合残差加法这一档还没有测。")

@@ -15,7 +15,7 @@ import re
 import pytest
 
 import rmsnorm_triton
-from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep
+from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep, prose, summary_p2
 from bench.render import render_all
 from test_generated import UNIT_LABEL
 from test_summary_p2 import tables
@@ -198,3 +198,38 @@ def test_renders_skip_missing_data(monkeypatch, tmp_path):
     """No width_sweep.json or fused_add.json for a GPU: bench.render renders the rest and nothing of theirs."""
     monkeypatch.setattr(common, "DATA_DIR", tmp_path)
     assert render_all("h200") == {}
+
+
+def _fused_times(fused, unfused_over_ours, phase="fwd_bwd"):
+    """A copy of the quick run with the unfused contender at ``unfused_over_ours`` × ours' time."""
+    data = copy.deepcopy(fused)
+    for s in data["results"]["shapes"]:
+        ours = s[phase]["triton"]["median_us"]
+        s[phase]["unfused"] = dict(s[phase]["unfused"], median_us=ours * unfused_over_ours)
+    return data
+
+
+@pytest.mark.parametrize("ratio, words", [
+    (1.2, "实测在全部 2 个形状上快于不融合，不融合用时是融合版的 1.20 倍"),
+    (1.0, "与不融合持平（相差不到 1%）"),
+    (1 / 1.1, "比不融合慢 10%"),
+])
+def test_fused_add_gain_follows_the_data(fused, ratio, words):
+    fwd, both, peers = exp_fused_add.gain_parts(_fused_times(fused, ratio))
+    assert both.startswith(f"forward + backward 按字节最多快到 {prose.times(11 / 8)}，") and words in both
+    assert fwd.startswith(f"forward 按字节最多快到 {prose.times(5 / 4)}，")
+    assert peers.startswith("与最快的对手相比，forward + backward ")
+    assert "（不融合）" not in both  # no peer name to repeat when the other side is one contender
+
+
+def test_fused_add_keypoints_box(fused):
+    import pathlib
+
+    step = json.loads((pathlib.Path(__file__).parent / "fixtures" / "step.json").read_text(encoding="utf-8"))
+    box = summary_p2.fused_add_keypoints(_fused_times(fused, 1.2), step)
+    lines = box.splitlines()
+    assert lines[:2] == ['!!! abstract "要点"', ""] and all(line.startswith("    - ") for line in lines[2:])
+    assert len(lines[2:]) == 5 and all(line.endswith("。") for line in lines[2:])
+    assert "从 5 遍降到 4 遍" in lines[2] and "从 6 遍降到 4 遍" in lines[2]
+    assert lines[3].startswith("    - 单算子 forward 按字节") and "单算子与最快的对手" in lines[5]
+    assert "把残差加法也融合进 RMSNorm" in lines[6] and "比生产版" in lines[6]
