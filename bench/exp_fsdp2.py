@@ -323,7 +323,7 @@ def takeaway(data: dict) -> str:
     text = (f"{f['gpus']} 张 {f['gpu']} 上" if f["gpu"] else f"{f['gpus']} 个 CPU 进程") + f"用 FSDP2 训练 {f['steps']} 步"
     if f["arms_gated"]:
         if f["all_gated"] and not f["failed"]:
-            text += f"，{prose.join(f['arms_gated'])}在 {len(f['variants'])} 种精度设置下都通过 loss 门限"
+            text += "，" + prose.glue(prose.join(f["arms_gated"]), f"在 {len(f['variants'])} 种精度设置下都通过 loss 门限")
         else:
             text += f"，通过 loss 门限的：{prose.join(f['gate_passed']) or '无'}"
             text += f"；未通过的：{prose.join(f['failed'])}" if f["failed"] else ""
@@ -336,6 +336,18 @@ def takeaway(data: dict) -> str:
     if f["unavailable"]:
         text += f"；{prose.join(f['unavailable'])}不可用"
     return text + "。"
+
+
+def article_sentence(data: dict) -> str:
+    """篇2 §六's one sentence on FSDP2, linked to the methods page."""
+    f = article_facts(data)
+    where = f"{f['gpus']} 张 {f['gpu']} " if f["gpu"] else f"{f['gpus']} 个 CPU 进程"
+    if f["passed"] and f["all_gated"]:
+        verdict = prose.glue(prose.join(f["arms_gated"]), f"在 {len(f['variants'])} 种精度设置下都通过了同一道 loss 门限")
+        text = f"补丁在多卡训练里同样成立：{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步，{verdict}"
+    else:
+        text = f"{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步：" + takeaway(data).rstrip("。")
+    return text + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
 
 
 def _caption(data: dict) -> str:
@@ -372,6 +384,7 @@ def render(data: dict) -> dict[str, str]:
                              "末段差（%，阈值）", "判定", "step 时间（ms）"], rows, "lrrrcr")
     curves = {v: {a: results[v][a]["losses"] for a in _ok(results[v])} for v in cfg["variants"]}
     return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
+            "fsdp2_sentence.md": article_sentence(data),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], PLOT_LABELS, PLOT_DIFFS)}
 
 

@@ -208,8 +208,9 @@ def main():
               f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         results.append(entry)
-        payload = {"environment": common.environment(), "copy": copy, "results": results,
-                   "fused": fused}
+        payload = {"experiment": "explore_widths", "environment": common.environment(),
+                   "config": {"quick": DEVICE != "cuda", "rows": ROWS, "dtype": "bfloat16", "eps": EPS},
+                   "copy": copy, "results": results, "fused": fused}
         (args.out / "explore_widths.json").write_text(json.dumps(payload, indent=1))
 
 

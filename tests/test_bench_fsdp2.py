@@ -134,7 +134,10 @@ def test_fsdp_trains_the_global_batch(quick):
 def test_render_from_the_quick_run(quick):
     rendered = exp_fsdp2.render(quick)
     assert rendered == exp_fsdp2.render(json.loads(json.dumps(quick))), "deterministic"
-    assert set(rendered) == {"fsdp2.md", "fsdp2.svg"}
+    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md"}
+    sentence = rendered["fsdp2_sentence.md"]
+    assert sentence.count("。") == 1 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    assert ("都通过了同一道 loss 门限" in sentence) == quick["results"]["passed"]
     text = rendered["fsdp2.md"]
     first, rest = text.split("\n\n", 1)
     assert first.endswith("。") and re.search(r"\d", first)
