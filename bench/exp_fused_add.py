@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from bench import common, prose
-from bench.exp_rmsnorm import (_inputs, _sync, bandwidth_bars, compare_sentence, copy_bandwidth, copy_ceiling,
-                               min_bytes, optional_contender, quack_rmsnorm, rows_caption, _ceiling_text)
+from bench.exp_rmsnorm import (_inputs, bandwidth_bars, compare_sentence, copy_bandwidth, copy_ceiling,
+                               min_bytes, optional_contender, quack_rmsnorm, rows_caption, time_phases,
+                               _ceiling_text)
 from qwen3_configs import BENCH_TOKENS, RMSNORM_SHAPES
 from rmsnorm_triton import rms_norm
 
@@ -134,23 +134,7 @@ def time_pair(entry, name, fn, weight, sets, replays=25):
         y, s = fn(x, r)
         torch.autograd.grad((y, s), (x, r, weight), (sets[k][2], sets[k][3]))
 
-    calls = range(len(sets))
-    try:
-        first = {}
-        for phase, call in (("fwd", forward), ("fwd_bwd", forward_backward)):
-            began = time.perf_counter()
-            call(0)
-            _sync()
-            first[phase] = round(time.perf_counter() - began, 3)
-        entry["first_call_s"][name] = first
-        entry["fwd"][name] = common.cuda_graph_time_us([lambda k=k: forward(k) for k in calls], replays=replays)
-        entry["fwd_bwd"][name] = common.cuda_graph_time_us([lambda k=k: forward_backward(k) for k in calls],
-                                                           replays=replays)
-    except Exception as error:  # recorded, not hidden
-        entry["errors"][name] = repr(error)[:300]
-        print(f"    {name} failed: {error!r}"[:300], flush=True)
-        entry["fwd"].pop(name, None)
-        entry["fwd_bwd"].pop(name, None)
+    time_phases(entry, name, forward, forward_backward, len(sets), replays=replays)
     assert _checksum(t for _, _, dy, ds in sets for t in (dy, ds)) == grads_before, f"{name} wrote into dy or ds"
 
 

@@ -160,27 +160,12 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def time_contender(entry, name, fn, weight, sets, eager=True, replays=25):
-    """Time ``fn(x) -> y`` over the input sets ``[(x, dy), ...]`` into ``entry[phase][name]``.
-
-    fwd: forward under no_grad; fwd_bwd: forward + backward from fresh leaves. GPU time of
-    CUDA-graph replays cycling over the sets, and with ``eager`` the do_bench time per eager
-    call (fwd_eager, fwd_bwd_eager). ``entry["first_call_s"][name]`` is the wall time of the
-    first forward and forward + backward calls: compiles included. An exception is recorded
-    in ``entry["errors"][name]`` (the tables show a dash) and the run goes on.
-    """
-    leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
-
-    def forward(k):
-        with torch.no_grad():
-            fn(sets[k][0])
-
-    def forward_backward(k):
-        leaves[k].grad = None
-        weight.grad = None
-        fn(leaves[k]).backward(sets[k][1])
-
-    calls = range(len(sets))
+def time_phases(entry, name, forward, forward_backward, n_sets, eager=False, replays=25):
+    """``forward(k)`` and ``forward_backward(k)`` over input sets 0..n_sets-1 into ``entry[phase][name]``:
+    first-call wall times (compiles included) in ``entry["first_call_s"][name]``, then GPU time of
+    CUDA-graph replays (fwd, fwd_bwd) and, with ``eager``, do_bench per eager call. An exception is
+    recorded in ``entry["errors"][name]`` and the run goes on."""
+    calls = range(n_sets)
     phases = {"fwd": lambda: common.cuda_graph_time_us([lambda k=k: forward(k) for k in calls], replays=replays),
               "fwd_bwd": lambda: common.cuda_graph_time_us([lambda k=k: forward_backward(k) for k in calls],
                                                            replays=replays)}
@@ -202,6 +187,29 @@ def time_contender(entry, name, fn, weight, sets, eager=True, replays=25):
         print(f"    {name} failed: {error!r}"[:300], flush=True)
         for phase in phases:
             entry[phase].pop(name, None)
+
+
+def time_contender(entry, name, fn, weight, sets, eager=True, replays=25):
+    """Time ``fn(x) -> y`` over the input sets ``[(x, dy), ...]`` into ``entry[phase][name]``.
+
+    fwd: forward under no_grad; fwd_bwd: forward + backward from fresh leaves. GPU time of
+    CUDA-graph replays cycling over the sets, and with ``eager`` the do_bench time per eager
+    call (fwd_eager, fwd_bwd_eager). ``entry["first_call_s"][name]`` is the wall time of the
+    first forward and forward + backward calls: compiles included. An exception is recorded
+    in ``entry["errors"][name]`` (the tables show a dash) and the run goes on.
+    """
+    leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
+
+    def forward(k):
+        with torch.no_grad():
+            fn(sets[k][0])
+
+    def forward_backward(k):
+        leaves[k].grad = None
+        weight.grad = None
+        fn(leaves[k]).backward(sets[k][1])
+
+    time_phases(entry, name, forward, forward_backward, len(sets), eager, replays)
     for _, dy in sets:
         assert bool(torch.isfinite(dy).all()), f"{name} modified grad_output"
 

@@ -45,8 +45,8 @@ LOGS = {
     "gpu-mutation-int32-offsets-22ce226.log": "变异检查：把 forward 的输出偏移改回 32 位，超过 2^31 个元素的 GPU 测试必须失败（它失败了）",
     "gpu-tests-057ed76.log": "修正之后的 GPU 全套测试（含两篇文章的代码块与超过 2^31 个元素的测试）",
     "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
-    "bench-sweeps-a7fb7bb.log": "width_sweep、fused_add、rmsnorm 三个实验那次运行的日志（两卡机器的 GPU 0）；quack 在 rmsnorm "
-                                "的一个形状上编译失败，记为出错",
+    "bench-sweeps-a7fb7bb.log": "width_sweep、fused_add、rmsnorm 三个实验那次运行的日志（两卡机器的 GPU 0）；quack 在奇数宽度 "
+                                "16383 上编译失败，记为出错",
     "step-a7fb7bb.log": "step.json 那次运行的日志（两卡机器的 GPU 1，在 GPU 测试之后）",
     "gpu-kernel-tests-a7fb7bb.log": "宽度扫描与融合残差加法之后的 kernel、补丁与代码片段 GPU 测试（两卡机器的 GPU 1，与 GPU 0 上的 "
                                     "benchmark 同时运行）：到 290 秒时限时约 300 项跑完，其中 1 项失败；时限截断了 pytest 的汇总，"

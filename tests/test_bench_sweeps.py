@@ -3,7 +3,7 @@
 Each experiment runs at its smoke-test sizes, is saved and loaded as run_all does, and renders:
 tables of at most 6 columns with a Chinese header and a takeaway sentence first, plots with a unit
 label. A contender that cannot run on the CPU (Liger, quack) is recorded as skipped with its
-reason; ours past MAX_COLS is an error string at that width, and the sweep goes on.
+reason; a contender that fails at a width is an error string there, and the sweep goes on.
 """
 from __future__ import annotations
 
