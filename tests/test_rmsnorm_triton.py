@@ -467,6 +467,7 @@ def test_randomized_sweep_against_fp64(chunk):  # pragma: gpu only
     assert len(cases) >= 300
     failures = []
     for case, dtype, n_cols, n_rows, eps, layout, heads, scale in cases[chunk::SWEEP_CHUNKS]:
+        n_rows = min(n_rows, max(1, 2**24 // n_cols))  # wide rows: keep the fp64 inputs (built on CPU) small
         gen = torch.Generator().manual_seed(case)
         if layout == "rows_strided":
             x = torch.randn(n_rows, 2, n_cols, generator=gen, dtype=torch.float64)  # sliced below
