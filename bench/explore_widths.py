@@ -11,6 +11,7 @@ Writes ``explore_widths.json`` into DIR.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import pathlib
@@ -19,6 +20,7 @@ import time
 import torch
 
 from bench import common
+from bench.exp_rmsnorm import liger_rms_norm, optional_contender, quack_rmsnorm, time_contender
 from rmsnorm_fused_add import fused_add_rms_norm_backward, fused_add_rms_norm_forward
 from rmsnorm_triton import candidate_configs, rms_norm_backward, rms_norm_forward
 
@@ -84,38 +86,19 @@ def _time(fns):
 
 
 def _peers(width, sets, w, with_quack):
-    from liger_kernel.transformers import LigerRMSNorm
-
+    """F.rms_norm, Liger and (with_quack) quack, timed as the rmsnorm experiment times its
+    contenders: ``{"fwd": {name: stats}, "fwd_bwd": {...}, "errors": {...}, "skipped": {...}}``."""
     weight = torch.nn.Parameter(w.clone())
-    liger = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(DEVICE,
-                                                                                  torch.bfloat16)
-    liger.weight = weight
-    fns = {"torch_rms_norm": lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS),
-           "liger": liger}
-    result = {}
+    entry = {"fwd": {}, "fwd_bwd": {}, "errors": {}, "skipped": {}}
+    builds = {"torch_rms_norm": lambda: lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS),
+              "liger": lambda: functools.partial(liger_rms_norm(), w=weight, eps=EPS)}
     if with_quack:
-        try:
-            from quack.rmsnorm import rmsnorm as quack_rmsnorm
-
-            fns["quack"] = lambda x: quack_rmsnorm(x, weight, eps=EPS)
-        except ImportError as error:
-            result["quack"] = {"error": f"ImportError: {error}"}
-    for name, fn in fns.items():
-        try:
-            leaves = [x.detach().requires_grad_() for x, _ in sets]
-
-            def fwd_bwd(i, fn=fn):
-                weight.grad = None
-                leaves[i].grad = None
-                fn(leaves[i]).backward(sets[i][1])
-
-            with torch.no_grad():
-                fwd = _time([lambda i=i, fn=fn: fn(sets[i][0]) for i in range(len(sets))])
-            both = _time([lambda i=i: fwd_bwd(i) for i in range(len(sets))])
-            result[name] = {"fwd_us": fwd, "fwd_bwd_us": both}
-        except Exception as error:
-            result[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
-    return result
+        builds["quack"] = lambda: functools.partial(quack_rmsnorm(), weight=weight, eps=EPS)
+    for name, build in builds.items():
+        fn = optional_contender(name, entry["skipped"], build)
+        if fn is not None:
+            time_contender(entry, name, fn, weight, sets, eager=False, replays=6)
+    return entry
 
 
 def explore(width, with_quack):
@@ -203,7 +186,8 @@ def main():
         entry = explore(width, width in quack_widths)
         best_f = min(c["us"] for c in entry["fwd"] if "us" in c)
         best_b = min(c["us"] for c in entry["bwd"] if "us" in c)
-        peers = {k: (v.get("fwd_us"), v.get("fwd_bwd_us")) for k, v in entry["peers"].items()}
+        peers = {k: (round(v["median_us"], 1), round(entry["peers"]["fwd_bwd"][k]["median_us"], 1))
+                 for k, v in entry["peers"]["fwd"].items()}
         print(f"{width}: default {entry['default_fwd_us']:.1f}/{entry['default_bwd_us']:.1f} "
               f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
