@@ -28,7 +28,7 @@ import triton.language as tl
 
 from rmsnorm_triton import (MAX_COLS, LaunchConfig, _inv_rms, check_config,
                             check_inputs, column_blocks, compute_dtype,
-                            dw_reduce_kernel, sm_count, split_eps)
+                            reduce_dw_partials, sm_count, split_eps)
 # --8<-- [end:imports]
 
 
@@ -331,12 +331,7 @@ def fused_add_rms_norm_backward(dy, ds, s, weight, rstd, compute_dw=True, *,
         COMPUTE_DW=compute_dw, num_warps=config.num_warps,
     )
     if compute_dw:
-        block_partials = triton.next_power_of_2(n_programs)
-        reduce_cols = max(1, min(config.block_cols, 8192 // block_partials))
-        dw_reduce_kernel[(triton.cdiv(n_cols, reduce_cols),)](
-            dw_partial, dw, n_programs, n_cols,
-            BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,
-        )
+        reduce_dw_partials(dw_partial, dw, n_programs, config.block_cols)
     return dx, dw
 # --8<-- [end:bwd_wrapper]
 

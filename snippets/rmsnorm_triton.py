@@ -341,6 +341,16 @@ def dw_reduce_kernel(
                     mask=mask, other=0.0)
     tl.store(DW + cols, tl.sum(block, axis=0).to(DW.dtype.element_ty),
              mask=cols < n_cols)
+
+
+def reduce_dw_partials(dw_partial, dw, n_partials: int, block_cols: int) -> None:
+    """dw = the column sums of dw_partial's first n_partials rows, in a fixed order."""
+    block_partials = triton.next_power_of_2(n_partials)
+    reduce_cols = max(1, min(block_cols, 8192 // block_partials))
+    dw_reduce_kernel[(triton.cdiv(dw.numel(), reduce_cols),)](
+        dw_partial, dw, n_partials, dw.numel(),
+        BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,
+    )
 # --8<-- [end:dw_reduce_kernel]
 
 
@@ -665,32 +675,27 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         check_config(config, n_cols)
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
     n_tiles = triton.cdiv(n_rows, config.block_rows)
-    n_programs = sm_count(x.device) * config.programs_per_sm
-    grid = (max(1, min(n_tiles, n_programs)),)
-    if config.chunked:  # (row slots, column chunks): each program owns one chunk
-        n_chunks = triton.cdiv(n_cols, config.block_cols)
-        grid = (max(1, min(n_tiles, n_programs // n_chunks)), n_chunks)
-    n_programs = grid[0]  # dW partial rows
+    # Row slots of the persistent grid; a chunked config also splits the columns
+    # (each program owns one chunk). Each slot writes one row of dW partials.
+    n_chunks = triton.cdiv(n_cols, config.block_cols) if config.chunked else 1
+    resident = sm_count(x.device) * config.programs_per_sm
+    n_slots = max(1, min(n_tiles, resident // n_chunks))
+    grid = (n_slots, n_chunks) if config.chunked else (n_slots,)
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
-    dw_partial = (torch.empty((n_programs, n_cols), dtype=accum_dtype, device=x.device)
+    dw_partial = (torch.empty((n_slots, n_cols), dtype=accum_dtype, device=x.device)
                   if compute_dw else dx)
     kernel = rms_norm_bwd_chunked_kernel if config.chunked else rms_norm_bwd_kernel
     kernel[grid](
         dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
         n_rows, n_cols, *split_eps(eps or 0.0, compute),
-        triton.cdiv(n_tiles, n_programs),
+        triton.cdiv(n_tiles, n_slots),
         size1, size2, *x_strides, *dy_strides, **config.constexprs(),
         COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
         RECOMPUTE_RSTD=rstd is None, num_warps=config.num_warps,
         ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
     )
     if compute_dw:
-        block_partials = triton.next_power_of_2(n_programs)
-        reduce_cols = max(1, min(config.block_cols, 8192 // block_partials))
-        dw_reduce_kernel[(triton.cdiv(n_cols, reduce_cols),)](
-            dw_partial, dw, n_programs, n_cols,
-            BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,
-        )
+        reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)
     return dx, dw
 # --8<-- [end:bwd_wrapper]
 
