@@ -265,52 +265,70 @@ def rms_norm_fwd_chunked_kernel(
 
 
 @triton.jit
+def rms_norm_bwd_row_stats_kernel(
+    DY, X, W, RSTD, ROW_STATS,
+    n_rows, n_cols, eps, eps_low,
+    size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+    RECOMPUTE_RSTD: tl.constexpr,
+    ALIGN: tl.constexpr,
+):
+    # Step 1 of the chunked backward: the two numbers per row that every column
+    # chunk needs, rstd and c = mean(w*dy * x_hat). Whole rows, chunk by chunk in
+    # a fixed order, so the chunks of step 2 all see the same bits.
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
+    wdy_x = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+    for chunk in range(tl.cdiv(n_cols, BLOCK_COLS)):
+        cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
+                           ALIGN)
+        x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        wdy_x += w[None, :] * dy * x
+        if RECOMPUTE_RSTD:
+            squares += x * x
+    if RECOMPUTE_RSTD:
+        rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
+    else:
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
+    tl.store(ROW_STATS + rows, rstd, mask=row_mask)
+    tl.store(ROW_STATS + n_rows + rows, tl.sum(wdy_x, axis=1) * rstd / n_cols,
+             mask=row_mask)
+
+
+@triton.jit
 def rms_norm_bwd_chunked_kernel(
-    DY, X, W, RSTD, DX, DW_PARTIAL,
-    n_rows, n_cols, eps, eps_low, tiles_per_program,
+    DY, X, W, ROW_STATS, DX, DW_PARTIAL,
+    n_rows, n_cols, tiles_per_program,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
-    RECOMPUTE_RSTD: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
-    # A 2-D persistent grid: program (slot, part) walks the row tiles slot,
-    # slot + n_slots, ... and owns the columns of chunk `part`, so its dW partial
-    # stays in registers. Pass 1 reads whole rows for the dot product (the parts
-    # of a row read it at about the same time: mostly from L2); pass 2 writes dX
-    # of the own chunk only.
+    # Step 2: a 2-D persistent grid. Program (slot, part) walks the row tiles
+    # slot, slot + n_slots, ... and owns the columns of chunk `part`: it reads
+    # x and dy of its chunk once, writes dX there, and keeps its dW partial in
+    # registers.
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     slot = tl.program_id(0)
     n_slots = tl.num_programs(0)
     cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for tile in range(tiles_per_program):
         rows = (slot + tile * n_slots) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
-        # Whole rows, chunk by chunk in a fixed order: every part gets the same bits.
-        wdy_x = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
-        squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
-        for chunk in range(n_chunks):
-            chunk_cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            x, dy = _load_x_dy(X, DY, rows, chunk_cols, n_rows, n_cols, size1, size2,
-                               strides, ALIGN)
-            x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
-            w_chunk = tl.load(W + chunk_cols, mask=chunk_cols < n_cols,
-                              other=0.0).to(COMPUTE_DTYPE)
-            wdy_x += w_chunk[None, :] * dy * x
-            if RECOMPUTE_RSTD:
-                squares += x * x
-        if RECOMPUTE_RSTD:
-            rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low,
-                            COMPUTE_DTYPE)
-        else:
-            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
-        c = tl.sum(wdy_x, axis=1) * rstd / n_cols  # mean(w*dy * x_hat) per row
+        rstd = tl.load(ROW_STATS + rows, mask=row_mask, other=0.0)
+        c = tl.load(ROW_STATS + n_rows + rows, mask=row_mask, other=0.0)
         x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
                            ALIGN)
         x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
@@ -397,10 +415,14 @@ def forward_config(n_cols: int) -> LaunchConfig:
     Narrow rows: several rows per program, a tile of about 2048 elements (4 warps;
     2 warps when a tail block pads the row). Rows of 2048 to 5120: one row per
     program and 2 warps; wider rows need more warps for registers. Rows wider
-    than MAX_COLS are walked in chunks of 8192 by 16 warps.
+    than MAX_COLS, and wide rows without 16-byte vector loads (16383), are walked
+    in chunks by 16 warps: chunks of 8192, or 4096 where that pads fewer lanes
+    (20480 = 5 x 4096), or 2048 without vector loads.
     """
-    if n_cols > MAX_COLS:
-        return LaunchConfig(1, 8192, 0, 16, chunked=True)
+    if n_cols > MAX_COLS or (n_cols > 8192 and n_cols % 8):
+        chunk = 2048 if n_cols % 8 else min(
+            (8192, 4096), key=lambda c: (triton.cdiv(n_cols, c) * c, -c))
+        return LaunchConfig(1, chunk, 0, 16, chunked=True)
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes < 2048 and tail_cols:  # e.g. 1536 = 1024 + 512: 1 row; 300: 4 rows
@@ -421,12 +443,15 @@ def backward_config(n_cols: int) -> LaunchConfig:
     more loads in flight. Power-of-two rows of 4096 and 8192 want one row per program
     and 8 warps; two-block rows (2560, 5120, 6144) 4 warps, 2 programs per SM; rows
     of up to 12288 lanes 8 warps, one program per SM. Wider rows cannot hold x, dy,
-    w and the dW accumulator in registers: the chunked kernel takes them, each
-    program owning a chunk of 8192 columns of two rows at a time.
+    w and the dW accumulator in registers: the chunked kernels take them, each
+    program owning a chunk of 8192 columns of two rows at a time (chunks of 2048 on
+    8 warps, 2 programs per SM, for rows without 16-byte vector loads).
     """
     block_cols, tail_cols = column_blocks(n_cols)
     lanes = block_cols + tail_cols
     if lanes > 12288:
+        if n_cols % 8:
+            return LaunchConfig(2, 2048, 0, 8, 2, chunked=True)
         return LaunchConfig(2, 8192, 0, 16, 1, chunked=True)
     if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
         rows, warps, per_sm = (1024 if block_cols <= 128 else 512) // block_cols, 4, 8
@@ -684,16 +709,32 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
     dw_partial = (torch.empty((n_slots, n_cols), dtype=accum_dtype, device=x.device)
                   if compute_dw else dx)
-    kernel = rms_norm_bwd_chunked_kernel if config.chunked else rms_norm_bwd_kernel
-    kernel[grid](
-        dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
-        n_rows, n_cols, *split_eps(eps or 0.0, compute),
-        triton.cdiv(n_tiles, n_slots),
-        size1, size2, *x_strides, *dy_strides, **config.constexprs(),
-        COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
-        RECOMPUTE_RSTD=rstd is None, num_warps=config.num_warps,
-        ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
-    )
+    eps_pair = split_eps(eps or 0.0, compute)
+    alignment = row_alignment(n_cols, *x_strides, *dy_strides)
+    if config.chunked:
+        # Step 1 saves rstd and c of each row; step 2 reads them, chunk by chunk.
+        row_stats = torch.empty((2, n_rows), dtype=accum_dtype, device=x.device)
+        rms_norm_bwd_row_stats_kernel[(n_tiles,)](
+            dy, x, weight, row_stats if rstd is None else rstd, row_stats,
+            n_rows, n_cols, *eps_pair, size1, size2, *x_strides, *dy_strides,
+            **config.constexprs(), COMPUTE_DTYPE=compute,
+            RECOMPUTE_RSTD=rstd is None, ALIGN=alignment, num_warps=config.num_warps,
+        )
+        rms_norm_bwd_chunked_kernel[grid](
+            dy, x, weight, row_stats, dx, dw_partial,
+            n_rows, n_cols, triton.cdiv(n_tiles, n_slots),
+            size1, size2, *x_strides, *dy_strides, **config.constexprs(),
+            COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw, ALIGN=alignment,
+            num_warps=config.num_warps,
+        )
+    else:
+        rms_norm_bwd_kernel[grid](
+            dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
+            n_rows, n_cols, *eps_pair, triton.cdiv(n_tiles, n_slots),
+            size1, size2, *x_strides, *dy_strides, **config.constexprs(),
+            COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
+            RECOMPUTE_RSTD=rstd is None, ALIGN=alignment, num_warps=config.num_warps,
+        )
     if compute_dw:
         reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)
     return dx, dw
