@@ -51,6 +51,13 @@ LOGS = {
     "gpu-kernel-tests-a7fb7bb.log": "宽度扫描与融合残差加法之后的 kernel、补丁与代码片段 GPU 测试（两卡机器的 GPU 1，与 GPU 0 上的 "
                                     "benchmark 同时运行）：到 290 秒时限时打出了 296 个结果，295 项通过、1 项失败；"
                                     "时限截断了 pytest 的汇总，失败的是哪一项日志里没有，其余的测试没有跑",
+    "gpu-tests-b942779.log": "单卡 H200 上的 GPU 全套测试：文档构建、字体和 numpy 2.3.5 的 wheel 没有装上，失败与出错都来自缺包，"
+                             "kernel 测试全部通过；暴露了两处问题（Triton 3.6 的解释器要 numpy 2.3.5；一项测试假定机器没有 GPU）",
+    "gpu-tests-e7f9876.log": "两步分块 backward 之后的 GPU 全套测试（单卡 H200）：2 项失败，都是 test_bench_sweeps 假定 Liger 不可用，"
+                             "而这台机器装了 Liger；已在 9ac2b5e 修正",
+    "gpu-tests-rerun-9ac2b5e.log": "修正之后在 H200 上重跑 tests/test_bench_sweeps.py",
+    "bench-sweeps-9ac2b5e.log": "width_sweep.json 那次运行的日志（单卡 H200，两步分块 backward 之后）；quack 在奇数宽度 16383 上"
+                                "编译失败，记为出错",
 }
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
