@@ -35,8 +35,8 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from bench import common, prose
 from bench.exp_rmsnorm import (_inputs, bandwidth_bars, compare_sentence, copy_bandwidth, copy_ceiling,
-                               min_bytes, optional_contender, quack_rmsnorm, rows_caption, time_phases,
-                               _ceiling_text)
+                               fastest_peer, min_bytes, optional_contender, quack_rmsnorm, rows_caption,
+                               time_phases, _ceiling_text)
 from qwen3_configs import BENCH_TOKENS, RMSNORM_SHAPES
 from rmsnorm_triton import rms_norm
 
@@ -178,8 +178,7 @@ def vs_peers(data, phase) -> list[dict]:
     for s in res["shapes"]:
         times = s[phase]
         ours = times.get("triton")
-        peers = {n: times[n]["median_us"] for n in PEERS if n in times}
-        best = min(peers, key=peers.get) if peers else None
+        peers, best = fastest_peer(times, PEERS)
         out.append({"label": s["label"], "ours_us": ours["median_us"] if ours else None,
                     "of_copy": ours["gbps"] / ceiling if ours else None, "peer": best,
                     "peer_us": peers.get(best), "ratio": peers[best] / ours["median_us"] if ours and best else None,

@@ -348,6 +348,12 @@ def _ceiling_text(res) -> str:
     return f"本次测得最快的设备内拷贝：{_size(c['bytes'])}、{timer}，{c['gbps']:,.0f} GB/s"
 
 
+def fastest_peer(times: dict, names) -> tuple[dict[str, float], str | None]:
+    """{peer: median µs} for the named peers that ran, and the fastest of them (None if none ran)."""
+    peers = {n: times[n]["median_us"] for n in names if n in times}
+    return peers, min(peers, key=peers.get) if peers else None
+
+
 def vs_best_peer(data, phase) -> list[dict]:
     """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger, quack) and peer ÷ ours."""
     res = data["results"]
@@ -355,8 +361,7 @@ def vs_best_peer(data, phase) -> list[dict]:
     out = []
     for s in res["shapes"]:
         ours = s[phase]["triton"]
-        peers = {n: s[phase][n]["median_us"] for n in PEERS if n in s[phase]}
-        best = min(peers, key=peers.get)
+        peers, best = fastest_peer(s[phase], PEERS)
         out.append({"label": _label(s), "ours_us": ours["median_us"], "of_copy": ours["gbps"] / copy,
                     "peer": best, "peer_us": peers[best], "ratio": peers[best] / ours["median_us"],
                     "hf_ratio": peers["hf"] / ours["median_us"] if "hf" in peers else None})

@@ -29,7 +29,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_triton
 from bench import common, exp_rmsnorm, prose
-from bench.exp_rmsnorm import (ZH, _inputs, copy_bandwidth, liger_rms_norm, min_bytes,
+from bench.exp_rmsnorm import (ZH, _inputs, copy_bandwidth, fastest_peer, liger_rms_norm, min_bytes,
                                optional_contender, quack_rmsnorm, time_contender)
 from qwen3_configs import BENCH_TOKENS, QWEN3_SIZES
 
@@ -174,8 +174,7 @@ def per_width(data, phase) -> list[dict]:
     out = []
     for s in res["shapes"]:
         times = s[phase]
-        peers = {n: times[n]["median_us"] for n in PEERS if n in times}
-        best = min(peers, key=peers.get) if peers else None
+        peers, best = fastest_peer(times, PEERS)
         ours = times.get("triton")
         out.append({"width": s["width"], "label": s["label"], "model": s.get("model"),
                     "ours": ours["gbps"] / ceiling if ours else None,
