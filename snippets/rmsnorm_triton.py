@@ -277,7 +277,7 @@ def rms_norm_bwd_row_stats_kernel(
 ):
     # Step 1 of the chunked backward: the two numbers per row that every column
     # chunk needs, rstd and c = mean(w*dy * x_hat). Whole rows, chunk by chunk in
-    # a fixed order, so the chunks of step 2 all see the same bits.
+    # a fixed order: the same bits on every run.
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
