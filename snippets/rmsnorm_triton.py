@@ -12,23 +12,27 @@ promotion of (input, weight), as HF's does.
   adds the partials in a fixed order. Deterministic, no atomics.
 * Non-power-of-two rows: a power-of-two block + a smaller tail (2560 = 2048 + 512).
   Strided views with up to three leading dims (transposed q/k grads) need no copy.
+  Rows wider than MAX_COLS: the chunked kernels (two passes forward, two steps back).
+* One kernel family for the fused residual add too (rmsnorm_fused_add.py): with
+  HAS_RESIDUAL the forward normalizes s = x + residual and stores s; with HAS_DS
+  the backward adds s's own gradient ds to dx.
 
-Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing triton.
+Launch configs come from the ladders in rmsnorm_config.py. Run on CPU under the
+interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
-import dataclasses
 import functools
 import os
 import struct
-import torch
+
 # --8<-- [start:imports]
+import torch
 import triton
 import triton.language as tl
 # --8<-- [end:imports]
 
-MAX_COLS = 16384  # widest row held in registers; wider rows take the chunked kernels
+from rmsnorm_config import MAX_COLS, LaunchConfig, candidates, ladders_for, pick
 
 
-# --8<-- [start:fwd_kernel]
 # --8<-- [start:tile]
 @triton.jit
 def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.constexpr):
@@ -42,38 +46,47 @@ def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.conste
 
 
 @triton.jit
-def _inv_rms(mean_square_plus_eps, COMPUTE_DTYPE: tl.constexpr):
-    # fp32: the same hardware rsqrt torch.rsqrt uses (bit-compatible with HF);
-    # fp64: an exact division, so that fp64 gradcheck stays meaningful.
-    if COMPUTE_DTYPE == tl.float64:
-        return 1.0 / tl.sqrt(mean_square_plus_eps)
-    else:
-        return tl.rsqrt(mean_square_plus_eps)
-
-
-@triton.jit
 def _load_tile(X, offsets, cols, row_mask, n_cols):
     # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0)
-# --8<-- [end:tile]
 
 
 @triton.jit
-def _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols,
-                     COMPUTE_DTYPE: tl.constexpr, ALIGN: tl.constexpr):
-    # HF rounds x_hat to the input dtype before the weight multiply.
-    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(COMPUTE_DTYPE)
-    y = x_hat * w[None, :]
-    y_rows = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)  # Y is contiguous
-    y_offsets = y_rows[:, None] + cols[None, :]
-    tl.store(Y + y_offsets, y.to(Y.dtype.element_ty),
+def _store_tile(Y, values, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr):
+    # A tile of a contiguous (n_rows, n_cols) output, in the output's dtype.
+    offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
+    tl.store(Y + offsets[:, None] + cols[None, :], values.to(Y.dtype.element_ty),
              mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
 
 @triton.jit
+def _inv_rms(mean_square, eps, eps_low, COMPUTE_DTYPE: tl.constexpr):
+    # Triton passes Python floats as fp32, torch.compile as fp64: the casts keep
+    # the row math in COMPUTE_DTYPE. fp32: the hardware rsqrt that torch.rsqrt
+    # uses; fp64 (gradcheck): eps in two fp32 parts, and an exact division.
+    eps = tl.cast(eps, COMPUTE_DTYPE) + tl.cast(eps_low, COMPUTE_DTYPE)
+    if COMPUTE_DTYPE == tl.float64:
+        return 1.0 / tl.sqrt(mean_square + eps)
+    else:
+        return tl.rsqrt(mean_square + eps)
+# --8<-- [end:tile]
+
+
+# --8<-- [start:fwd_kernel]
+@triton.jit
+def _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols,
+                     ALIGN: tl.constexpr, STORE_S: tl.constexpr):
+    # HF rounds x_hat to the input dtype before the weight multiply.
+    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(x.dtype)
+    _store_tile(Y, x_hat * w[None, :], rows, cols, row_mask, n_cols, ALIGN)
+    if STORE_S:  # the fused add: s = x + residual, the next layer's residual
+        _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN)
+
+
+@triton.jit
 def rms_norm_fwd_kernel(
-    X, W, Y, RSTD,
+    X, W, Y, RSTD, R, S,  # R, S: the fused add's residual in and s = x + residual out
     n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
@@ -81,6 +94,7 @@ def rms_norm_fwd_kernel(
     TAIL_COLS: tl.constexpr,  # 0, or a smaller power of two for columns past BLOCK_COLS
     COMPUTE_DTYPE: tl.constexpr,
     ALIGN: tl.constexpr,  # a power of two dividing n_cols and the row strides
+    HAS_RESIDUAL: tl.constexpr,  # the fused add (R has X's layout)
 ):
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -89,54 +103,87 @@ def rms_norm_fwd_kernel(
 
     # All loads are issued before the row reduction waits on them.
     cols = tl.arange(0, BLOCK_COLS)
-    x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+    x = _load_tile(X, x_offsets, cols, row_mask, n_cols)
+    if HAS_RESIDUAL:
+        x = _add_residual(x, _load_tile(R, x_offsets, cols, row_mask, n_cols))
+    x = x.to(COMPUTE_DTYPE)
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
     if TAIL_COLS > 0:  # e.g. 2560 = 2048 + 512 instead of one 4096-wide block
         tail_cols = BLOCK_COLS + tl.arange(0, TAIL_COLS)
-        x_tail = _load_tile(X, x_offsets, tail_cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        x_tail = _load_tile(X, x_offsets, tail_cols, row_mask, n_cols)
+        if HAS_RESIDUAL:
+            x_tail = _add_residual(
+                x_tail, _load_tile(R, x_offsets, tail_cols, row_mask, n_cols))
+        x_tail = x_tail.to(COMPUTE_DTYPE)
         w_tail = tl.load(W + tail_cols, mask=tail_cols < n_cols,
                          other=0.0).to(COMPUTE_DTYPE)
 
     sum_squares = tl.sum(x * x, axis=1)
     if TAIL_COLS > 0:
         sum_squares += tl.sum(x_tail * x_tail, axis=1)
-    rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
+    rstd = _inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
 
-    _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE,
-                     ALIGN)
+    _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
+                     HAS_RESIDUAL)
     if TAIL_COLS > 0:
-        _normalize_store(X, Y, x_tail, w_tail, rstd, rows, tail_cols, row_mask, n_cols,
-                         COMPUTE_DTYPE, ALIGN)
+        _normalize_store(X, Y, S, x_tail, w_tail, rstd, rows, tail_cols, row_mask,
+                         n_cols, ALIGN, HAS_RESIDUAL)
     tl.store(RSTD + rows, rstd, mask=row_mask)
-# --8<-- [end:fwd_kernel]
 
 
 # --8<-- [start:bwd_kernel]
+# --8<-- [start:fused_helpers]
 @triton.jit
-def _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
-               ALIGN: tl.constexpr):
-    # x and dy of one column block of a row tile, in their own dtype.
+def _add_residual(x, residual):
+    # The fused add's forward: s = x + residual as torch adds them (16-bit
+    # inputs in fp32, rounded once to the input dtype); the norm reads this s.
+    if x.dtype == tl.float64:
+        return x + residual
+    else:
+        return (x.to(tl.float32) + residual.to(tl.float32)).to(x.dtype)
+
+
+@triton.jit
+def _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr,
+             HAS_DS: tl.constexpr):
+    # The fused add's backward: ds, the gradient that s gets from later layers
+    # (contiguous), is added to dx. Without it: a zero that the compiler drops.
+    if HAS_DS:
+        offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
+        return tl.load(DS + offsets[:, None] + cols[None, :],
+                       mask=row_mask[:, None] & (cols < n_cols)[None, :], other=0.0)
+    else:
+        return tl.zeros([1, 1], dtype=DS.dtype.element_ty)
+# --8<-- [end:fused_helpers]
+# --8<-- [end:fwd_kernel]
+
+
+@triton.jit
+def _load_grad_tile(X, DY, DS, rows, cols, n_rows, n_cols, size1, size2, strides,
+                    ALIGN: tl.constexpr, HAS_DS: tl.constexpr):
+    # x, dy (and ds) of one column block of a row tile, in their own dtypes.
+    row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2],
                              ALIGN)
     dy_offsets = _row_offsets(rows, size1, size2, strides[3], strides[4], strides[5],
                               ALIGN)
-    return (_load_tile(X, x_offsets, cols, rows < n_rows, n_cols),
-            _load_tile(DY, dy_offsets, cols, rows < n_rows, n_cols))
+    return (_load_tile(X, x_offsets, cols, row_mask, n_cols),
+            _load_tile(DY, dy_offsets, cols, row_mask, n_cols),
+            _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN, HAS_DS))
 
 
 @triton.jit
-def _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols,
-              ALIGN: tl.constexpr):
+def _dx_store(DX, x_hat, wdy, c, rstd, ds, rows, cols, row_mask, n_cols,
+              ALIGN: tl.constexpr, HAS_DS: tl.constexpr):
     dx = (wdy - x_hat * c[:, None]) * rstd[:, None]
-    dx_rows = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)  # DX is contiguous
-    dx_offsets = dx_rows[:, None] + cols[None, :]
-    tl.store(DX + dx_offsets, dx.to(DX.dtype.element_ty),
-             mask=row_mask[:, None] & (cols < n_cols)[None, :])
+    if HAS_DS:
+        dx += ds
+    _store_tile(DX, dx, rows, cols, row_mask, n_cols, ALIGN)
 
 
 @triton.jit
 def rms_norm_bwd_kernel(
-    DY, X, W, RSTD, DX, DW_PARTIAL,
+    DY, X, W, RSTD, DX, DW_PARTIAL, DS,  # DS: the fused add's ds (HAS_DS)
     n_rows, n_cols, eps, eps_low, tiles_per_program,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
@@ -146,6 +193,8 @@ def rms_norm_bwd_kernel(
     COMPUTE_DW: tl.constexpr,
     RECOMPUTE_RSTD: tl.constexpr,
     ALIGN: tl.constexpr,
+    HAS_DS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     program = tl.program_id(0)
@@ -161,42 +210,60 @@ def rms_norm_bwd_kernel(
                          other=0.0).to(COMPUTE_DTYPE)
         dw_acc_tail = tl.zeros([BLOCK_ROWS, TAIL_COLS], dtype=COMPUTE_DTYPE)
 
-    # Persistent loop over tiles program, program + n_programs, ... The loads of
-    # the next tile are issued before the math of the current one (prefetch),
-    # so each program keeps two tiles of memory traffic in flight.
-    rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    # Persistent loop over tiles program, program + n_programs, ... With PREFETCH
+    # the next tile's loads are issued before the current tile's math, so each
+    # program keeps two tiles of memory traffic in flight; wide rows may need
+    # the registers more.
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
-    x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
-                                 size1, size2, strides, ALIGN)
-    if TAIL_COLS > 0:
-        x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
-                                               n_cols, size1, size2, strides, ALIGN)
+    rows_next = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    if PREFETCH:
+        x_next, dy_next, ds_next = _load_grad_tile(
+            X, DY, DS, rows_next, cols, n_rows, n_cols, size1, size2, strides, ALIGN,
+            HAS_DS)
+        if TAIL_COLS > 0:
+            x_tail_next, dy_tail_next, ds_tail_next = _load_grad_tile(
+                X, DY, DS, rows_next, tail_cols, n_rows, n_cols, size1, size2,
+                strides, ALIGN, HAS_DS)
     for _ in range(tiles_per_program):
         rows = rows_next
-        if TAIL_COLS > 0:
+        rows_next = rows + n_programs * BLOCK_ROWS
+        if not PREFETCH:  # this tile's loads, then its math
+            x_next, dy_next, ds_next = _load_grad_tile(
+                X, DY, DS, rows, cols, n_rows, n_cols, size1, size2, strides, ALIGN,
+                HAS_DS)
+            if TAIL_COLS > 0:
+                x_tail_next, dy_tail_next, ds_tail_next = _load_grad_tile(
+                    X, DY, DS, rows, tail_cols, n_rows, n_cols, size1, size2,
+                    strides, ALIGN, HAS_DS)
+        if TAIL_COLS > 0 or not PREFETCH:
             # Two-block rows: converting this tile before issuing the next tile's loads
             # was the faster schedule on the H200 (measured both ways).
-            x, dy = x_next.to(COMPUTE_DTYPE), dy_next.to(COMPUTE_DTYPE)
-            x_tail, dy_tail = (x_tail_next.to(COMPUTE_DTYPE),
-                               dy_tail_next.to(COMPUTE_DTYPE))
+            x, dy, ds = (x_next.to(COMPUTE_DTYPE), dy_next.to(COMPUTE_DTYPE),
+                         ds_next.to(COMPUTE_DTYPE))
+            if TAIL_COLS > 0:
+                x_tail, dy_tail, ds_tail = (x_tail_next.to(COMPUTE_DTYPE),
+                                            dy_tail_next.to(COMPUTE_DTYPE),
+                                            ds_tail_next.to(COMPUTE_DTYPE))
         else:
-            x_raw, dy_raw = x_next, dy_next
-        rows_next = rows + n_programs * BLOCK_ROWS
-        x_next, dy_next = _load_x_dy(X, DY, rows_next, cols, n_rows, n_cols,
-                                     size1, size2, strides, ALIGN)
-        if TAIL_COLS > 0:
-            x_tail_next, dy_tail_next = _load_x_dy(X, DY, rows_next, tail_cols, n_rows,
-                                                   n_cols, size1, size2, strides, ALIGN)
-        else:
-            # One-block rows: the next loads are in flight before we wait for this tile.
-            x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
+            x_raw, dy_raw, ds_raw = x_next, dy_next, ds_next
+        if PREFETCH:
+            x_next, dy_next, ds_next = _load_grad_tile(
+                X, DY, DS, rows_next, cols, n_rows, n_cols, size1, size2, strides,
+                ALIGN, HAS_DS)
+            if TAIL_COLS > 0:
+                x_tail_next, dy_tail_next, ds_tail_next = _load_grad_tile(
+                    X, DY, DS, rows_next, tail_cols, n_rows, n_cols, size1, size2,
+                    strides, ALIGN, HAS_DS)
+            else:  # one-block rows: the next loads are in flight before we wait
+                x, dy, ds = (x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE),
+                             ds_raw.to(COMPUTE_DTYPE))
 
         row_mask = rows < n_rows
         if RECOMPUTE_RSTD:  # costs a row reduction; saves 4 bytes per row of memory
             sum_squares = tl.sum(x * x, axis=1)
             if TAIL_COLS > 0:
                 sum_squares += tl.sum(x_tail * x_tail, axis=1)
-            rstd = _inv_rms(sum_squares / n_cols + eps + eps_low, COMPUTE_DTYPE)
+            rstd = _inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
 
@@ -209,10 +276,11 @@ def rms_norm_bwd_kernel(
             wdy_tail = w_tail[None, :] * dy_tail
             dot += tl.sum(wdy_tail * x_hat_tail, axis=1)
         c = dot / n_cols
-        _dx_store(DX, x_hat, wdy, c, rstd, rows, cols, row_mask, n_cols, ALIGN)
+        _dx_store(DX, x_hat, wdy, c, rstd, ds, rows, cols, row_mask, n_cols, ALIGN,
+                  HAS_DS)
         if TAIL_COLS > 0:
-            _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, rows, tail_cols,
-                      row_mask, n_cols, ALIGN)
+            _dx_store(DX, x_hat_tail, wdy_tail, c, rstd, ds_tail, rows, tail_cols,
+                      row_mask, n_cols, ALIGN, HAS_DS)
 
         if COMPUTE_DW:
             # HF multiplies the weight by x_hat *after* rounding it to the input dtype.
@@ -231,19 +299,20 @@ def rms_norm_bwd_kernel(
 # --8<-- [end:bwd_kernel]
 
 
-# --8<-- [start:chunked_kernels]
 @triton.jit
 def rms_norm_fwd_chunked_kernel(
-    X, W, Y, RSTD,
+    X, W, Y, RSTD, R, S,
     n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,  # the chunk: rows of any width are walked chunk by chunk
     COMPUTE_DTYPE: tl.constexpr,
     ALIGN: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
 ):
-    # For rows too wide for registers. Pass 1 sums squares chunk by chunk; pass 2
-    # reads the row again, last chunk first, so most of it still comes from L2.
+    # For rows too wide for registers. Pass 1 sums squares chunk by chunk (the
+    # fused add stores s there); pass 2 reads the row again (x, or the stored s),
+    # last chunk first, so most of it still comes from L2.
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
@@ -252,15 +321,22 @@ def rms_norm_fwd_chunked_kernel(
     squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for chunk in range(n_chunks):
         cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        x = _load_tile(X, x_offsets, cols, row_mask, n_cols)
+        if HAS_RESIDUAL:
+            x = _add_residual(x, _load_tile(R, x_offsets, cols, row_mask, n_cols))
+            _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN)
+        x = x.to(COMPUTE_DTYPE)
         squares += x * x
-    rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
+    rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
     for chunk in range(n_chunks):
         cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        if HAS_RESIDUAL:  # S has X's (contiguous) layout
+            x = _load_tile(S, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+        else:
+            x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
         w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-        _normalize_store(X, Y, x, w, rstd, rows, cols, row_mask, n_cols, COMPUTE_DTYPE,
-                         ALIGN)
+        _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
+                         False)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
@@ -286,15 +362,15 @@ def rms_norm_bwd_row_stats_kernel(
     squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for chunk in range(tl.cdiv(n_cols, BLOCK_COLS)):
         cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
-                           ALIGN)
+        x, dy, _ = _load_grad_tile(X, DY, DY, rows, cols, n_rows, n_cols, size1, size2,
+                                   strides, ALIGN, False)
         x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
         w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
         wdy_x += w[None, :] * dy * x
         if RECOMPUTE_RSTD:
             squares += x * x
     if RECOMPUTE_RSTD:
-        rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols + eps + eps_low, COMPUTE_DTYPE)
+        rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
     else:
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
     tl.store(ROW_STATS + rows, rstd, mask=row_mask)
@@ -304,7 +380,7 @@ def rms_norm_bwd_row_stats_kernel(
 
 @triton.jit
 def rms_norm_bwd_chunked_kernel(
-    DY, X, W, ROW_STATS, DX, DW_PARTIAL,
+    DY, X, W, ROW_STATS, DX, DW_PARTIAL, DS,
     n_rows, n_cols, tiles_per_program,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
@@ -312,11 +388,12 @@ def rms_norm_bwd_chunked_kernel(
     COMPUTE_DTYPE: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
     ALIGN: tl.constexpr,
+    HAS_DS: tl.constexpr,
 ):
     # Step 2: a 2-D persistent grid. Program (slot, part) walks the row tiles
     # slot, slot + n_slots, ... and owns the columns of chunk `part`: it reads
-    # x and dy of its chunk once, writes dX there, and keeps its dW partial in
-    # registers.
+    # x and dy (and ds) of its chunk once, writes dX there, and keeps its dW
+    # partial in registers.
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     slot = tl.program_id(0)
     n_slots = tl.num_programs(0)
@@ -329,18 +406,17 @@ def rms_norm_bwd_chunked_kernel(
         row_mask = rows < n_rows
         rstd = tl.load(ROW_STATS + rows, mask=row_mask, other=0.0)
         c = tl.load(ROW_STATS + n_rows + rows, mask=row_mask, other=0.0)
-        x, dy = _load_x_dy(X, DY, rows, cols, n_rows, n_cols, size1, size2, strides,
-                           ALIGN)
-        x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
+        x, dy, ds = _load_grad_tile(X, DY, DS, rows, cols, n_rows, n_cols, size1, size2,
+                                    strides, ALIGN, HAS_DS)
+        x, dy, ds = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE), ds.to(COMPUTE_DTYPE)
         x_hat = x * rstd[:, None]
-        _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, rows, cols, row_mask, n_cols,
-                  ALIGN)
+        _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, ds, rows, cols, row_mask, n_cols,
+                  ALIGN, HAS_DS)
         if COMPUTE_DW:
             dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
     if COMPUTE_DW:
         partial = DW_PARTIAL + slot.to(tl.int64) * n_cols
         tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
-# --8<-- [end:chunked_kernels]
 
 
 # --8<-- [start:dw_reduce_kernel]
@@ -372,7 +448,6 @@ def reduce_dw_partials(dw_partial, dw, n_partials: int, block_cols: int) -> None
 # --8<-- [end:dw_reduce_kernel]
 
 
-# --8<-- [start:launch_config]
 # --8<-- [start:column_blocks]
 def column_blocks(n_cols: int) -> tuple[int, int]:
     """(BLOCK_COLS, TAIL_COLS): how a row is split into power-of-two blocks.
@@ -391,109 +466,33 @@ def column_blocks(n_cols: int) -> tuple[int, int]:
 # --8<-- [end:column_blocks]
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
-    """How a kernel is launched for rows of one width (one type for both directions)."""
-
-    block_rows: int  # BLOCK_ROWS: rows per tile
-    block_cols: int  # BLOCK_COLS and TAIL_COLS: the split that column_blocks gives
-    tail_cols: int
-    num_warps: int
-    programs_per_sm: int = 1  # backward only: resident programs of the persistent grid
-    chunked: bool = False  # walk rows in chunks of block_cols (the *_chunked kernels)
-
-    def constexprs(self) -> dict[str, int]:
-        if self.chunked:
-            return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols}
-        return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols,
-                "TAIL_COLS": self.tail_cols}
+def _device(device) -> torch.device:
+    if device is None:
+        return torch.device("cpu" if _interpreted() else "cuda")
+    return torch.device(device)
 
 
-def forward_config(n_cols: int) -> LaunchConfig:
-    """The forward's launch config, from the H200 sweeps (篇2 §七, width sweep).
-
-    Narrow rows: several rows per program, a tile of about 2048 elements (4 warps;
-    2 warps when a tail block pads the row). Rows of 2048 to 5120: one row per
-    program and 2 warps; wider rows need more warps for registers. Rows wider
-    than MAX_COLS, and wide rows without 16-byte vector loads (16383), are walked
-    in chunks by 16 warps: chunks of 8192, or 4096 where that pads fewer lanes
-    (20480 = 5 x 4096), or 2048 without vector loads.
-    """
-    if n_cols > MAX_COLS or (n_cols > 8192 and n_cols % 8):
-        chunk = 2048 if n_cols % 8 else min(
-            (8192, 4096), key=lambda c: (triton.cdiv(n_cols, c) * c, -c))
-        return LaunchConfig(1, chunk, 0, 16, chunked=True)
-    block_cols, tail_cols = column_blocks(n_cols)
-    lanes = block_cols + tail_cols
-    if lanes < 2048 and tail_cols:  # e.g. 1536 = 1024 + 512: 1 row; 300: 4 rows
-        block_rows, num_warps = _power_of_two_floor(2048 // lanes), 2
-    elif lanes < 2048:
-        block_rows, num_warps = 2048 // block_cols, 4
-    elif lanes <= 8192:
-        block_rows, num_warps = 1, 2 if lanes <= 5120 else 4
-    else:  # 8192 + a tail: 4 warps measured fastest at 9216 and 12288 lanes, 8 at 10240
-        block_rows, num_warps = 1, 8 if tail_cols == 2048 or not tail_cols else 4
-    return LaunchConfig(block_rows, block_cols, tail_cols, num_warps)
+@functools.lru_cache(maxsize=None)
+def _ladder_config(kind: str, n_cols: int, device: torch.device) -> LaunchConfig:
+    return pick(getattr(ladders_for(device), kind), n_cols, *column_blocks(n_cols))
 
 
-def backward_config(n_cols: int) -> LaunchConfig:
-    """The backward's launch config, from the H200 sweeps (篇2 §七, width sweep).
-
-    Narrow rows are latency-bound: small tiles and many resident programs per SM keep
-    more loads in flight. Power-of-two rows of 4096 and 8192 want one row per program
-    and 8 warps; two-block rows (2560, 5120, 6144) 4 warps, 2 programs per SM; rows
-    of up to 12288 lanes 8 warps, one program per SM. Wider rows cannot hold x, dy,
-    w and the dW accumulator in registers: the chunked kernels take them, each
-    program owning a chunk of 8192 columns of two rows at a time (chunks of 2048 on
-    8 warps, 2 programs per SM, for rows without 16-byte vector loads).
-    """
-    block_cols, tail_cols = column_blocks(n_cols)
-    lanes = block_cols + tail_cols
-    if lanes > 12288:
-        if n_cols % 8:
-            return LaunchConfig(2, 2048, 0, 8, 2, chunked=True)
-        return LaunchConfig(2, 8192, 0, 16, 1, chunked=True)
-    if lanes <= 256:  # q_norm/k_norm: 8 rows of 128 per tile
-        rows, warps, per_sm = (1024 if block_cols <= 128 else 512) // block_cols, 4, 8
-    elif lanes <= 2048 and tail_cols:  # 300 = 256 + 64: 4 rows; 1536: 1 row
-        rows, warps, per_sm = max(1, 1024 // block_cols), 4, 4
-    elif lanes <= 2048:  # hidden 1024..2048: a tile of 2048 elements
-        rows, warps, per_sm = max(1, 2048 // block_cols), 4, 4
-    elif lanes > 8192:  # 9216 .. 12288 = 8192 + a tail
-        rows, warps, per_sm = 1, 8, 1
-    elif tail_cols:  # 2560 = 2 rows of 2048 + 512; 5120 = 1 row of 4096 + 1024
-        rows, warps, per_sm = max(1, 4096 // block_cols), 4, 2
-    else:
-        rows, warps, per_sm = 1, 8, 2 if lanes <= 4096 else 1
-    return LaunchConfig(rows, block_cols, tail_cols, warps, per_sm)
+def forward_config(n_cols: int, device=None, fused: bool = False) -> LaunchConfig:
+    """The forward's launch config on ``device``'s GPU (rmsnorm_config's ladders);
+    ``fused``: the fused residual add's."""
+    return _ladder_config("fused_forward" if fused else "forward", n_cols,
+                          _device(device))
 
 
-def _power_of_two_floor(value: int) -> int:
-    return 1 << (max(1, value).bit_length() - 1)
+def backward_config(n_cols: int, device=None, fused: bool = False) -> LaunchConfig:
+    """The backward's launch config; ``fused``: with the fused add's ds."""
+    return _ladder_config("fused_backward" if fused else "backward", n_cols,
+                          _device(device))
 
 
 def candidate_configs(n_cols: int, direction: str) -> list[LaunchConfig]:
-    """The configs the H200 sweeps time for rows of n_cols (篇2 §七), in sweep order.
-
-    Tiles of BLOCK_ROWS x (BLOCK_COLS + TAIL_COLS) stay register-sized: up to 16384
-    values in the forward, 8192 in the backward (x, dy and the dW accumulator).
-    Rows of 4096 and wider also try the chunked kernels (chunks of 2048 to 8192);
-    rows wider than MAX_COLS have only those.
-    """
-    max_tile, warps, per_sm = {"forward": (16384, (2, 4, 8, 16), (1,)),
-                               "backward": (8192, (4, 8, 16), (1, 2, 4, 8))}[direction]
-    configs = []
-    if n_cols <= MAX_COLS:
-        block_cols, tail_cols = column_blocks(n_cols)
-        rows = [r for r in (1, 2, 4, 8, 16, 32, 64)
-                if r == 1 or r * (block_cols + tail_cols) <= max_tile]
-        configs += [LaunchConfig(r, block_cols, tail_cols, w, p)
-                    for r in rows for w in warps for p in per_sm]
-    if n_cols >= 4096:
-        configs += [LaunchConfig(r, chunk, 0, w, p, chunked=True)
-                    for chunk in (2048, 4096, 8192) for r in (1, 2)
-                    for w in (4, 8, 16) for p in per_sm[:2]]
-    return configs
+    """The configs the H200 sweeps time for rows of n_cols (篇2 §七), in sweep order."""
+    return candidates(direction, n_cols, *column_blocks(n_cols))
 
 
 @functools.lru_cache(maxsize=None)
@@ -501,11 +500,13 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 2  # the interpreter runs programs one after another: keep the grid small
-# --8<-- [end:launch_config]
 
 
-# --8<-- [start:checks]
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
@@ -522,16 +523,25 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
                          f"dim; got {tuple(weight.shape)}")
     if not (isinstance(eps, (int, float)) and eps > 0 and eps != float("inf")):
         raise ValueError(f"eps must be a positive finite float, got {eps!r}")
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    expected = "cpu" if interpreted else "cuda"
+    expected = "cpu" if _interpreted() else "cuda"
     for name, tensor in (("x", x), ("weight", weight)):
         if tensor.device.type != expected:
-            mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if interpreted
+            mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if _interpreted()
                     else "the CUDA backend")
             raise ValueError(f"{name} is on {tensor.device}, but Triton runs under "
                              f"{mode}: expected a {expected} tensor")
     if x.device != weight.device:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
+
+
+def check_pair(x: torch.Tensor, residual: torch.Tensor) -> None:
+    """x and residual are added element by element: same shape, dtype and device."""
+    if not isinstance(x, torch.Tensor) or not isinstance(residual, torch.Tensor):
+        raise TypeError("fused_add_rms_norm expects tensors for x and residual")
+    for what in ("shape", "dtype", "device"):
+        if getattr(x, what) != getattr(residual, what):
+            raise ValueError(f"x and residual must have the same {what}; got "
+                             f"{getattr(x, what)} and {getattr(residual, what)}")
 
 
 def check_config(config: LaunchConfig, n_cols: int) -> None:
@@ -625,32 +635,44 @@ def rows_layout(*tensors):
     return tensors, (sizes[1], sizes[2]), strides
 
 
-# --8<-- [end:checks]
+def _stats_dtype(compute):
+    return torch.float64 if compute == tl.float64 else torch.float32
 
 
-# --8<-- [start:fwd_wrapper]
-def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float):
+def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                      residual: torch.Tensor | None = None):
     """Checks the inputs and allocates y and rstd. Returns (y, rstd, args): args are
     the forward kernel's arguments by name, all but the launch config (None when
-    there are no elements to normalize)."""
+    there are no elements to normalize). With a residual (the fused add), args["S"]
+    receives s = residual + x; x and residual are then made contiguous."""
     check_inputs(x, weight, eps)
+    if residual is not None:
+        check_pair(x, residual)
+        x, residual = x.contiguous(), residual.contiguous()
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     compute = compute_dtype(x, weight)
     y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype),
                     device=x.device)
-    rstd = torch.empty(n_rows,
-                       dtype=torch.float64 if compute == tl.float64 else torch.float32,
-                       device=x.device)
+    rstd = torch.empty(n_rows, dtype=_stats_dtype(compute), device=x.device)
     if y.numel() == 0:
         return y, rstd, None
     (x,), (size1, size2), (x_strides,) = rows_layout(x)
     eps, eps_low = split_eps(eps, compute)
+    s = y if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return y, rstd, dict(
-        X=x, W=weight, Y=y, RSTD=rstd, n_rows=n_rows, n_cols=n_cols,
-        eps=eps, eps_low=eps_low, size1=size1, size2=size2,
-        x_stride0=x_strides[0], x_stride1=x_strides[1], x_stride2=x_strides[2],
-        COMPUTE_DTYPE=compute, ALIGN=row_alignment(n_cols, *x_strides))
+        X=x, W=weight, Y=y, RSTD=rstd, R=x if residual is None else residual, S=s,
+        n_rows=n_rows, n_cols=n_cols, eps=eps, eps_low=eps_low, size1=size1,
+        size2=size2, x_stride0=x_strides[0], x_stride1=x_strides[1],
+        x_stride2=x_strides[2], COMPUTE_DTYPE=compute,
+        ALIGN=row_alignment(n_cols, *x_strides), HAS_RESIDUAL=residual is not None)
+
+
+def launch_forward(args: dict, config: LaunchConfig) -> None:
+    """The forward kernel (register or chunked) over forward_arguments' args."""
+    kernel = rms_norm_fwd_chunked_kernel if config.chunked else rms_norm_fwd_kernel
+    kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
+        **args, **config.constexprs(), num_warps=config.num_warps)
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
@@ -660,45 +682,46 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     ``config`` overrides the launch config; None takes ``forward_config``'s.
     """
     y, rstd, args = forward_arguments(x, weight, eps)
-    if args is None:
-        return y, rstd
-    if config is None:
-        config = forward_config(args["n_cols"])
-    else:
-        check_config(config, args["n_cols"])
-    kernel = rms_norm_fwd_chunked_kernel if config.chunked else rms_norm_fwd_kernel
-    kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
-        **args, **config.constexprs(), num_warps=config.num_warps)
+    if args is not None:
+        if config is None:
+            config = forward_config(args["n_cols"], x.device)
+        else:
+            check_config(config, args["n_cols"])
+        launch_forward(args, config)
     return y, rstd
-# --8<-- [end:fwd_wrapper]
 
 
-# --8<-- [start:bwd_wrapper]
 def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
-                      eps: float | None = None, config: LaunchConfig | None = None):
+                      eps: float | None = None, config: LaunchConfig | None = None,
+                      ds: torch.Tensor | None = None):
     """Returns (dx, dw); dw is None when compute_dw is False. dy is never written.
 
     ``rstd`` is what rms_norm_forward saved; pass ``rstd=None`` and ``eps`` to
-    recompute it. ``config`` overrides the launch config; None takes
-    ``backward_config``'s.
+    recompute it. ``ds`` (the fused add, x is then s = residual + x): the gradient
+    that x gets from its other uses, added to dx. ``config`` overrides the launch
+    config; None takes ``backward_config``'s.
     """
-    if dy.shape != x.shape:
-        raise ValueError(f"grad_output shape {tuple(dy.shape)} does not match "
-                         f"input shape {tuple(x.shape)}")
+    for name, grad in (("grad_output", dy), ("ds", ds)):
+        if grad is not None and grad.shape != x.shape:
+            raise ValueError(f"{name} shape {tuple(grad.shape)} does not match "
+                             f"input shape {tuple(x.shape)}")
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     if rstd is None and eps is None:
         raise ValueError("pass either the saved rstd or eps to recompute it")
+    if rstd is not None and rstd.numel() != n_rows:
+        raise ValueError(f"rstd has {rstd.numel()} values for {n_rows} rows")
     compute = compute_dtype(x, weight)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if dx.numel() == 0:  # no rows: dW is a sum over nothing
         return dx, torch.zeros_like(weight) if compute_dw else None
     dw = torch.empty_like(weight) if compute_dw else None
     if config is None:
-        config = backward_config(n_cols)
+        config = backward_config(n_cols, x.device, fused=ds is not None)
     else:
         check_config(config, n_cols)
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
+    ds = dx if ds is None else ds.contiguous()  # dx: a placeholder, never read
     n_tiles = triton.cdiv(n_rows, config.block_rows)
     # Row slots of the persistent grid; a chunked config also splits the columns
     # (each program owns one chunk). Each slot writes one row of dW partials.
@@ -706,39 +729,37 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     resident = sm_count(x.device) * config.programs_per_sm
     n_slots = max(1, min(n_tiles, resident // n_chunks))
     grid = (n_slots, n_chunks) if config.chunked else (n_slots,)
-    accum_dtype = torch.float64 if compute == tl.float64 else torch.float32
-    dw_partial = (torch.empty((n_slots, n_cols), dtype=accum_dtype, device=x.device)
-                  if compute_dw else dx)
+    dw_partial = (torch.empty((n_slots, n_cols), dtype=_stats_dtype(compute),
+                              device=x.device) if compute_dw else dx)
     eps_pair = split_eps(eps or 0.0, compute)
-    alignment = row_alignment(n_cols, *x_strides, *dy_strides)
+    layout = dict(n_rows=n_rows, n_cols=n_cols, size1=size1, size2=size2,
+                  x_stride0=x_strides[0], x_stride1=x_strides[1],
+                  x_stride2=x_strides[2], dy_stride0=dy_strides[0],
+                  dy_stride1=dy_strides[1], dy_stride2=dy_strides[2],
+                  ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
+                  COMPUTE_DTYPE=compute, num_warps=config.num_warps,
+                  **config.constexprs("backward"))
     if config.chunked:
         # Step 1 saves rstd and c of each row; step 2 reads them, chunk by chunk.
-        row_stats = torch.empty((2, n_rows), dtype=accum_dtype, device=x.device)
+        row_stats = torch.empty((2, n_rows), dtype=_stats_dtype(compute),
+                                device=x.device)
         rms_norm_bwd_row_stats_kernel[(n_tiles,)](
             dy, x, weight, row_stats if rstd is None else rstd, row_stats,
-            n_rows, n_cols, *eps_pair, size1, size2, *x_strides, *dy_strides,
-            **config.constexprs(), COMPUTE_DTYPE=compute,
-            RECOMPUTE_RSTD=rstd is None, ALIGN=alignment, num_warps=config.num_warps,
-        )
+            eps=eps_pair[0], eps_low=eps_pair[1], RECOMPUTE_RSTD=rstd is None,
+            **layout)
         rms_norm_bwd_chunked_kernel[grid](
-            dy, x, weight, row_stats, dx, dw_partial,
-            n_rows, n_cols, triton.cdiv(n_tiles, n_slots),
-            size1, size2, *x_strides, *dy_strides, **config.constexprs(),
-            COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw, ALIGN=alignment,
-            num_warps=config.num_warps,
-        )
+            dy, x, weight, row_stats, dx, dw_partial, ds,
+            tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
+            HAS_DS=ds is not dx, **layout)
     else:
         rms_norm_bwd_kernel[grid](
-            dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
-            n_rows, n_cols, *eps_pair, triton.cdiv(n_tiles, n_slots),
-            size1, size2, *x_strides, *dy_strides, **config.constexprs(),
-            COMPUTE_DTYPE=compute, COMPUTE_DW=compute_dw,
-            RECOMPUTE_RSTD=rstd is None, ALIGN=alignment, num_warps=config.num_warps,
-        )
+            dy, x, weight, dx if rstd is None else rstd, dx, dw_partial, ds,
+            eps=eps_pair[0], eps_low=eps_pair[1],
+            tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
+            RECOMPUTE_RSTD=rstd is None, HAS_DS=ds is not dx, **layout)
     if compute_dw:
         reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)
     return dx, dw
-# --8<-- [end:bwd_wrapper]
 
 
 # --8<-- [start:autograd]
@@ -818,13 +839,51 @@ class TritonQwen3RMSNormFwdOnly(TritonQwen3RMSNorm):
 
 
 if __name__ == "__main__":
-    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    x = torch.randn(4, 33, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
-    norm = TritonQwen3RMSNorm(256).to(device)
-    y = norm(x)
-    y.backward(torch.randn_like(y))
-    reference = reference_rms_norm(x.detach(), norm.weight.detach(), 1e-6)
-    print("forward max |diff| vs HF arithmetic:",
-          (y.float() - reference.float()).abs().max().item())
-    print("dx finite:", bool(x.grad.isfinite().all()),
-          " dw shape:", tuple(norm.weight.grad.shape))
+    # --8<-- [start:bwd_launch]
+    from rmsnorm_triton import backward_config, row_alignment, rows_layout, sm_count
+
+    def rms_norm_backward_registers(dy, x, weight, rstd):
+        """dx and dw of rows that fit in registers, bf16/fp16/fp32 (the shipped
+        rms_norm_backward adds the checks, wide rows, fp64 and the fused add)."""
+        n_cols = x.shape[-1]
+        n_rows = x.numel() // n_cols
+        config = backward_config(n_cols, x.device)  # the GPU's ladder
+        # q/k-norm dy arrives as a transposed view: strides instead of a copy
+        (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
+        n_tiles = triton.cdiv(n_rows, config.block_rows)
+        # the persistent grid: one program per row slot, each walking its tiles
+        n_slots = min(n_tiles, sm_count(x.device) * config.programs_per_sm)
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        dw_partial = torch.empty((n_slots, n_cols), dtype=torch.float32,
+                                 device=x.device)
+        rms_norm_bwd_kernel[(n_slots,)](
+            dy, x, weight, rstd, dx, dw_partial, dx,  # DS: unused without the add
+            n_rows, n_cols, 0.0, 0.0, triton.cdiv(n_tiles, n_slots),
+            size1, size2, *x_strides, *dy_strides,
+            **config.constexprs("backward"), COMPUTE_DTYPE=tl.float32,
+            COMPUTE_DW=True, RECOMPUTE_RSTD=False, HAS_DS=False,
+            ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
+            num_warps=config.num_warps,
+        )
+        dw = torch.empty_like(weight)
+        reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)  # fixed order
+        return dx, dw
+    # --8<-- [end:bwd_launch]
+
+    # --8<-- [start:bwd_check]
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: TRITON_INTERPRET=1
+    x = torch.randn(6, 5, 256, device=device).to(torch.bfloat16)
+    dy = torch.randn(6, 5, 256, device=device).to(torch.bfloat16)
+    weight = (torch.rand(256, device=device) + 0.5).to(torch.bfloat16)
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6).reshape(-1)  # the forward's
+    dx, dw = rms_norm_backward_registers(dy, x, weight, rstd)
+
+    # torch autograd through HF's formula (x_hat rounded to bf16), in fp32
+    x_ref = x.float().requires_grad_()
+    w_ref = weight.float().requires_grad_()
+    x_hat = x_ref * torch.rsqrt(x_ref.pow(2).mean(-1, keepdim=True) + 1e-6)
+    (w_ref * x_hat.to(torch.bfloat16).float()).backward(dy.float())
+    for name, ours, ref in (("dx", dx, x_ref.grad), ("dw", dw, w_ref.grad)):
+        error = (ours.float() - ref).abs().max() / ref.abs().max()
+        print(f"{name}: max error {error.item():.2g} of max |{name}|")
+    # --8<-- [end:bwd_check]

@@ -424,13 +424,21 @@ def test_invalid_configs_are_rejected(change, error, message, device):
             call(config)
 
 
-def test_fp64_eps_is_exact(device):
-    """eps travels as two fp32 scalars; their fp64 sum must be the fp64 eps."""
-    x = torch.randn(4, 16, dtype=torch.float64, device=device) * 1e-2  # eps matters here
+@pytest.mark.parametrize("config", [None, rmsnorm_triton.LaunchConfig(2, 8, 0, 4, chunked=True)],
+                         ids=["register", "chunked"])
+def test_fp64_eps_is_exact(config, device):
+    """eps travels as two fp32 scalars; their fp64 sum must be the fp64 eps, in the register
+    and in the chunked forward, and where the backward recomputes rstd."""
+    gen = torch.Generator().manual_seed(70)
+    x = (torch.randn(4, 16, generator=gen, dtype=torch.float64) * 1e-2).to(device)  # eps matters here
     w = torch.ones(16, dtype=torch.float64, device=device)
-    y, rstd = rms_norm_forward(x, w, 1e-3)
     expected = torch.rsqrt(x.pow(2).mean(-1) + 1e-3)
+    y, rstd = rms_norm_forward(x, w, 1e-3, config=config)
     torch.testing.assert_close(rstd, expected, rtol=1e-14, atol=0)
+    dy = torch.randn(4, 16, generator=gen, dtype=torch.float64).to(device)
+    dx_saved, _ = rms_norm_backward(dy, x, w, rstd, config=config)
+    dx_recomputed, _ = rms_norm_backward(dy, x, w, None, eps=1e-3, config=config)
+    torch.testing.assert_close(dx_recomputed, dx_saved, rtol=1e-13, atol=0)
     high, low = rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float64)
     assert high + low == 1e-3 and rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float32)[1] == 0.0
 
@@ -776,8 +784,8 @@ def test_chunked_backward_writes_dx_only_and_skips_dw(device):
 
 
 def test_chunked_gradcheck_fp64_through_autograd(device, monkeypatch):
-    monkeypatch.setattr(rmsnorm_triton, "forward_config", lambda n: chunked(2, 64))
-    monkeypatch.setattr(rmsnorm_triton, "backward_config", lambda n: chunked(2, 64))
+    monkeypatch.setattr(rmsnorm_triton, "forward_config", lambda *a, **k: chunked(2, 64))
+    monkeypatch.setattr(rmsnorm_triton, "backward_config", lambda *a, **k: chunked(2, 64))
     x = torch.randn(2, 3, 150, dtype=torch.float64, device=device, requires_grad=True)
     w = torch.randn(150, dtype=torch.float64, device=device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-6), (x, w), fast_mode=True)
@@ -828,3 +836,111 @@ def test_dw_is_deterministic_at_any_width(n_cols):  # pragma: gpu only
     _, dx1, dw1 = run_triton(x, w, 1e-6, dy)
     _, dx2, dw2 = run_triton(x, w, 1e-6, dy)
     assert torch.equal(dw1, dw2) and torch.equal(dx1, dx2)
+
+
+# ---------------------------------------------- what the rules decide, checked at the launch
+
+def test_chunked_backward_walks_every_tile_of_its_slot(device, monkeypatch):
+    """Two row slots of the chunked backward's persistent grid, four tiles each: slot k owns
+    tiles k, k + 2, k + 4, ... A loop stepping by one tile leaves tiles unwritten (NaN)."""
+    spy = LaunchSpy(rmsnorm_triton.rms_norm_bwd_chunked_kernel)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_bwd_chunked_kernel", spy)
+    x, w, dy = random_inputs((7, 100), torch.float32, device, seed=71)
+    config = chunked(1, 64, warps=4, per_sm=2)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with poisoned_allocations():
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+    (grid, kwargs), = spy.launches
+    n_slots = grid[0]
+    assert n_slots >= 2 and kwargs["tiles_per_program"] * n_slots >= 7 > n_slots
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    assert rel_err(dx, ref_dx) < REL_TOL[torch.float32] and rel_err(dw, ref_dw) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("config", [chunked(2, 32), None], ids=["chunked", "register"])
+def test_16bit_dx_is_the_rounded_exact_gradient(config, device):
+    """fp16: dx agrees with the exact fp64 gradient rounded once to fp16, element for
+    element. Row statistics (rstd, c) kept in fp16 instead of fp32 would move many elements
+    by an ulp. (fp16: the interpreter rounds fp32 -> fp16 like a GPU.)"""
+    x, w, dy = random_inputs((64, 96), torch.float16, device, seed=72)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    dx, _ = rms_norm_backward(dy, x, w, rstd, config=config)
+    x64, w64, dy64 = x.double(), w.double(), dy.double()
+    r = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
+    x_hat = x64 * r
+    exact = r * (w64 * dy64 - x_hat * (w64 * dy64 * x_hat).mean(-1, keepdim=True))
+    same = (dx == exact.to(torch.float16)).float().mean().item()
+    assert same > 0.97, f"{same:.1%} of dx equal to the correctly rounded gradient"
+
+
+def row_alignment_rule(n_cols, *strides):
+    """The largest power of two up to 16 that divides the row width and every row stride."""
+    return max(a for a in (1, 2, 4, 8, 16) if all(v % a == 0 for v in (n_cols, *strides)))
+
+
+@pytest.mark.parametrize("row_stride", [70, 68, 72, 80])
+def test_alignment_hint_follows_the_row_strides(row_stride, device, monkeypatch):
+    """ALIGN (what tl.multiple_of promises) divides the row width and the row strides of
+    every tensor the launch reads: rows of 64 inside rows of 70 start at multiples of 2."""
+    fwd_spy = LaunchSpy(rmsnorm_triton.rms_norm_fwd_kernel)
+    bwd_spy = LaunchSpy(rmsnorm_triton.rms_norm_bwd_kernel)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_fwd_kernel", fwd_spy)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_bwd_kernel", bwd_spy)
+    gen = torch.Generator().manual_seed(row_stride)
+    x = torch.randn(6, row_stride, generator=gen).to(device)[:, :64]
+    dy = torch.randn(6, 88, generator=gen).to(device)[:, 8:72]  # stride 88
+    w = torch.rand(64, generator=gen).to(device) + 0.5
+    y, rstd = rms_norm_forward(x, w, 1e-6)
+    dx, dw = rms_norm_backward(dy, x, w, rstd)
+    (_, fwd), = fwd_spy.launches
+    (_, bwd), = bwd_spy.launches
+    assert fwd["ALIGN"] == row_alignment_rule(64, row_stride)
+    assert bwd["ALIGN"] == row_alignment_rule(64, row_stride, 88)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    assert rel_err(dx, ref_dx) < REL_TOL[torch.float32]
+
+
+@pytest.mark.gpu
+def test_misaligned_row_views_on_the_gpu():  # pragma: gpu only
+    """bf16 rows of 4096 inside rows of 4100: the first row is 16-byte aligned, the others
+    only 8-byte. A 16-byte promise here would be a misaligned vector load (a fault)."""
+    base = torch.randn(512, 4100, device="cuda").to(torch.bfloat16)
+    x = base[:, :4096]
+    dy = torch.randn_like(base)[:, :4096]
+    w = (torch.rand(4096, device="cuda") + 0.5).to(torch.bfloat16)
+    y, dx, dw = run_triton(x, w, 1e-6, dy)
+    ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for got, ref in ((y, ref_y), (dx, ref_dx), (dw, ref_dw)):
+        assert rel_err(got, ref) < REL_TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("n_cols", [300, 4100, 2560])
+def test_backward_without_prefetch_matches(n_cols, device):
+    """The register backward without prefetch (wide rows): every tile of every slot, any split."""
+    x, w, dy = random_inputs((9, n_cols), torch.float64, device, seed=n_cols)
+    block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
+    config = rmsnorm_triton.LaunchConfig(1, block_cols, tail_cols, 4, 1, prefetch=False)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with poisoned_allocations():
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+        dx_r, dw_r = rms_norm_backward(dy, x, w, None, eps=1e-6, config=config)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for got, ref in ((dx, ref_dx), (dw, ref_dw), (dx_r, ref_dx), (dw_r, ref_dw)):
+        assert rel_err(got, ref) < 1e-12
+
+
+def test_launch_takes_the_ladder_of_the_device(device, monkeypatch):
+    """rms_norm_forward / _backward launch what forward_config / backward_config give
+    for x's device (the GPU's ladder in rmsnorm_config.py)."""
+    calls = []
+    for name in ("forward_config", "backward_config"):
+        real = getattr(rmsnorm_triton, name)
+
+        def spy(n_cols, device=None, fused=False, real=real, name=name):
+            calls.append((name, n_cols, torch.device(device), fused))
+            return real(n_cols, device, fused)
+        monkeypatch.setattr(rmsnorm_triton, name, spy)
+    x, w, dy = random_inputs((3, 80), torch.float32, device, seed=73)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    rms_norm_backward(dy, x, w, rstd)
+    assert calls == [("forward_config", 80, x.device, False), ("backward_config", 80, x.device, False)]

@@ -1,0 +1,128 @@
+"""The kernels under torch.compile: no graph break, and no fp64 math from Inductor's fp64 floats.
+
+Inductor passes a user kernel's Python-float arguments (eps) as fp64 scalars, where Triton's
+own launcher passes fp32 (Liger #1350). The kernels cast eps to their compute dtype first; the
+CPU test builds each kernel's Triton IR with fp64 scalars (a subprocess: the interpreter,
+which the other tests run under, cannot build IR) and finds no fp64 tensor in it.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+TTIR_SCRIPT = r"""
+import json, re, sys
+import triton.language as tl
+from triton._C.libtriton import ir
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource, make_backend
+import rmsnorm_triton as rt
+
+target = GPUTarget("cuda", 90, 32)
+backend = make_backend(target)
+options = backend.parse_options({})
+
+def ttir(kernel, constexprs):
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    pointers = {"RSTD": "*fp32", "DW_PARTIAL": "*fp32", "ROW_STATS": "*fp32"}
+    signature = {n: "constexpr" if n in constexprs else "fp64" if n.startswith("eps")
+                 else pointers.get(n, "*bf16") if n.isupper() else "i32" for n in kernel.arg_names}
+    module = ASTSource(kernel, signature, constexprs=constexprs).make_ir(
+        target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+        context)
+    return str(module)
+
+common = dict(COMPUTE_DTYPE=tl.float32, ALIGN=16)
+cases = {
+    "fwd": (rt.rms_norm_fwd_kernel, dict(common, BLOCK_ROWS=2, BLOCK_COLS=256, TAIL_COLS=64,
+                                        HAS_RESIDUAL=True)),
+    "fwd_chunked": (rt.rms_norm_fwd_chunked_kernel, dict(common, BLOCK_ROWS=1, BLOCK_COLS=256,
+                                                        HAS_RESIDUAL=False)),
+    "bwd_recompute": (rt.rms_norm_bwd_kernel, dict(common, BLOCK_ROWS=2, BLOCK_COLS=256,
+                                                  TAIL_COLS=64, COMPUTE_DW=True,
+                                                  RECOMPUTE_RSTD=True, HAS_DS=True,
+                                                  PREFETCH=True)),
+    "row_stats_recompute": (rt.rms_norm_bwd_row_stats_kernel,
+                            dict(common, BLOCK_ROWS=2, BLOCK_COLS=256, RECOMPUTE_RSTD=True)),
+}
+print(json.dumps({name: re.findall(r"tensor<[^>]*xf64>", ttir(k, c))
+                  for name, (k, c) in cases.items()}))
+"""
+
+
+def test_fp64_eps_from_inductor_keeps_the_math_in_fp32():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "snippets"), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", TTIR_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fp64_tensors = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(fp64_tensors) == {"fwd", "fwd_chunked", "bwd_recompute", "row_stats_recompute"}
+    assert fp64_tensors == {name: [] for name in fp64_tensors}, fp64_tensors
+
+
+def graph_breaks(fn, *args, **kwargs):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return torch._dynamo.explain(fn)(*args, **kwargs).graph_break_count
+
+
+@pytest.mark.gpu
+def test_modules_compile_fullgraph_and_match_eager():  # pragma: gpu only
+    from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
+    from rmsnorm_triton import TritonQwen3RMSNorm
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x, r, dy, ds = (torch.randn(256, 1024, device="cuda", generator=gen).to(torch.bfloat16)
+                    for _ in range(4))
+    for module, inputs, grads in ((TritonQwen3RMSNorm(1024), (x,), (dy,)),
+                                  (TritonQwen3FusedAddRMSNorm(1024), (x, r), (dy, ds))):
+        module = module.cuda().to(torch.bfloat16)
+        assert graph_breaks(module, *inputs) == 0
+        results = []
+        for fn in (module, torch.compile(module, fullgraph=True)):
+            leaves = [t.clone().requires_grad_() for t in inputs]
+            outputs = fn(*leaves)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            results.append(list(outputs) + list(torch.autograd.grad(outputs, leaves + [module.weight],
+                                                                    grads)))
+        for eager, compiled in zip(*results):  # the same kernels, the same fp32 eps
+            torch.testing.assert_close(compiled, eager, rtol=2**-8, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("patch", ["plain", "fused"])
+def test_patched_qwen3_compiles_fullgraph(patch):  # pragma: gpu only
+    from transformers import Qwen3ForCausalLM
+
+    from qwen3_configs import tiny_qwen3_config
+    from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
+    from qwen3_patch import patch_qwen3_rmsnorm
+
+    torch.manual_seed(0)
+    if patch == "plain":
+        undo = patch_qwen3_rmsnorm()
+        model = Qwen3ForCausalLM(tiny_qwen3_config()).cuda()
+        undo()
+    else:
+        model = Qwen3ForCausalLM(tiny_qwen3_config()).cuda()
+        undo = patch_qwen3_fused_add_rmsnorm()
+    try:
+        ids = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda")
+        assert graph_breaks(model, input_ids=ids, labels=ids) == 0
+        eager = model(input_ids=ids, labels=ids).loss
+        compiled = torch.compile(model, fullgraph=True)(input_ids=ids, labels=ids).loss
+        compiled.backward()
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    finally:
+        if patch == "fused":
+            undo()
