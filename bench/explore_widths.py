@@ -1,201 +1,420 @@
-"""Launch-config exploration at many row widths (input to forward_config / backward_config).
+"""Launch-config exploration at many row widths: the input to the ladders of
+snippets/rmsnorm_config.py (not rendered; each run is committed as
+docs/data/<gpu>/explore-widths-<commit>.json).
 
-    python -m bench.explore_widths --out DIR [--widths 256,300,...] [--quack-widths ...]
+    python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
+        [--liger-widths ...] [--cluster-widths ...] [--compile] [--budget-s S] [--quick]
 
-For each width (16384 rows, bf16) it times every ``candidate_configs`` entry of the
-production kernel, forward and backward separately, by CUDA-graph replay over rotating
-inputs, and next to them F.rms_norm, Liger and (where importable) quack. All Triton
-configs are compiled first by worker processes, so the timing loop only loads them.
-Writes ``explore_widths.json`` into DIR.
+16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
+
+* ``fused``: the fused add + RMSNorm at each width (default: width_sweep's 43): every
+  ``fused_candidates`` config of the forward and of the backward (dy and ds both
+  given), the shipped ladder's, and side by side ours unfused (torch's add + the plain
+  kernels) and, at ``--liger-widths``, Liger's fused add, forward and forward+backward
+  through autograd;
+* ``plain``: the plain kernels' ``candidate_configs`` (plus the register backward
+  without prefetch for rows of 8192 lanes and more) at ``--widths``, with F.rms_norm
+  and Liger next to them;
+* ``cluster``: the register forward over a whole wide row split across a thread-block
+  cluster (``num_ctas``), quack's approach, as far as Triton compiles it;
+* ``compile`` (``--compile``): both modules at 16384 x 4096, eager against
+  ``torch.compile(fullgraph=True)``, and the type Inductor gives ``eps``.
+
+All Triton configs are compiled first by worker processes (``warmup``: no launch), so
+the timing loop only loads them; ``--budget-s`` stops starting new widths.
+``--snippets DIR`` imports the kernels from DIR (an older tree, for ``--compile``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import multiprocessing
 import pathlib
+import re
+import sys
 import time
 
 import torch
 
 from bench import common
-from bench.exp_rmsnorm import liger_rms_norm, optional_contender, quack_rmsnorm, time_contender
-from rmsnorm_fused_add import fused_add_rms_norm_backward, fused_add_rms_norm_forward
-from rmsnorm_triton import candidate_configs, rms_norm_backward, rms_norm_forward
 
 ROWS = 16384
-DEVICE = "cuda" if common.gpu_available() else "cpu"  # cpu: a smoke test under the interpreter
+QUICK_ROWS = 16
 EPS = 1e-6
-WIDTHS = [256, 300, 384, 512, 576, 640, 768, 896, 1000, 1024, 1152, 1280, 1536, 1600, 2000,
-          2048, 2304, 2560, 2880, 3000, 3072, 3584, 4096, 4608, 5000, 5120, 5376, 6144, 7168,
-          8192, 9216, 10000, 10240, 12288, 13824, 14336, 16384, 20480, 24576, 32768, 65536]
-QUACK_WIDTHS = [576, 1000, 1536, 2304, 3000, 3072, 3584, 5000, 6144, 7168, 8192, 12288, 16384]
+DTYPE = torch.bfloat16
+QUICK_FUSED_WIDTHS = [300, 9000]
+DEVICE = "cuda" if common.gpu_available() else "cpu"  # cpu: --quick under the interpreter
 
 
-def _tensors(width, sets, seed=0):
-    gen = torch.Generator(device=DEVICE).manual_seed(seed + width)
-    out = []
-    for _ in range(sets):
-        x = torch.randn(ROWS, width, device=DEVICE, generator=gen).to(torch.bfloat16)
-        dy = torch.randn(ROWS, width, device=DEVICE, generator=gen).to(torch.bfloat16)
-        out.append((x, dy))
-    w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(torch.bfloat16)
-    return out, w
+def _kernels():
+    import rmsnorm_fused_add
+    import rmsnorm_triton
+
+    return rmsnorm_triton, rmsnorm_fused_add
+
+
+def _fields(config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def fused_configs(width: int, direction: str, quick: bool = False):
+    """fused_candidates plus the shipped fused ladder's config (first)."""
+    from rmsnorm_config import fused_candidates
+
+    rt, _ = _kernels()
+    shipped = (rt.forward_config if direction == "forward" else rt.backward_config)(
+        width, DEVICE, fused=True)
+    configs = list(dict.fromkeys(
+        [shipped] + fused_candidates(direction, width, *rt.column_blocks(width))))
+    return configs[:3] if quick else configs
+
+
+def plain_configs(width: int, direction: str, quick: bool = False):
+    """candidate_configs, plus the register backward without prefetch at wide rows."""
+    rt, _ = _kernels()
+    configs = rt.candidate_configs(width, direction)
+    block_cols, tail_cols = rt.column_blocks(width)
+    if direction == "backward" and width <= rt.MAX_COLS and block_cols + tail_cols >= 8192:
+        configs += [rt.LaunchConfig(1, block_cols, tail_cols, w, p, prefetch=False)
+                    for w in (8, 16) for p in (1, 2)]
+    return configs[:3] if quick else configs
+
+
+# ---------------------------------------------------------------- compiling, in workers
+
+class _Warmup:
+    """Stands in for a kernel in a worker: ``kernel[grid](...)`` compiles, never runs."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
 
 
 def _compile_worker(jobs):
-    """Run each (width, direction, config) once: fills Triton's on-disk cache."""
-    for width, direction, config in jobs:
-        # the timed shape: Triton specializes integer arguments (== 1, multiple of 16)
-        x = torch.empty(ROWS, width, device=DEVICE, dtype=torch.bfloat16).normal_()
-        w = torch.ones(width, device=DEVICE, dtype=torch.bfloat16)
+    """Compile each (kind, width, config) job into Triton's on-disk cache."""
+    rt, rf = _kernels()
+    for name in ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
+                 "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
+                 "dw_reduce_kernel"):
+        setattr(rt, name, _Warmup(getattr(rt, name)))
+    x = w = None
+    for kind, width, config in jobs:
+        # the timed shapes: Triton specializes integer arguments (multiples of 16)
+        if x is None or x.shape[-1] != width:
+            x = torch.empty(ROWS, width, device=DEVICE, dtype=DTYPE)
+            w = torch.ones(width, device=DEVICE, dtype=DTYPE)
+            rstd = torch.empty(ROWS, device=DEVICE)
         try:
-            if direction.startswith("fused"):
-                fwd_config = config if direction == "fused_fwd" else None
-                y, s, rstd = fused_add_rms_norm_forward(x, x, w, EPS, config=fwd_config)
-                if direction == "fused_bwd":
-                    fused_add_rms_norm_backward(x, x, s, w, rstd, config=config)
-                continue
-            y, rstd = rms_norm_forward(x, w, EPS, config=config if direction == "fwd" else None)
-            if direction == "bwd":
-                rms_norm_backward(torch.randn_like(x), x, w, rstd, config=config)
+            if kind == "fused_fwd":
+                rf.fused_add_rms_norm_forward(x, x, w, EPS, config=config)
+            elif kind == "fused_bwd":
+                rf.fused_add_rms_norm_backward(x, x, x, w, rstd, config=config)
+            elif kind == "fwd":
+                rt.rms_norm_forward(x, w, EPS, config=config)
+            elif kind == "bwd":
+                rt.rms_norm_backward(x, x, w, rstd, config=config)
+            elif kind == "liger":  # compiles on its first call (a launch)
+                from bench.exp_fused_add import liger
+
+                leaves = [torch.randn_like(x).requires_grad_() for _ in range(2)]
+                weight = torch.nn.Parameter(w.clone())
+                torch.autograd.grad(liger()(*leaves, weight, EPS), leaves + [weight],
+                                    (x.normal_(), x))
         except Exception as error:  # recorded again (with the message) by the timing loop
-            print(f"compile {width} {config}: {error}", flush=True)
-        del x, w
-        torch.cuda.empty_cache()
+            print(f"compile {kind} {width} {config}: {error}"[:300], flush=True)
     torch.cuda.synchronize()
 
 
-def precompile(widths, fused_widths=(), workers=10):
-    jobs = [(width, direction, config) for width in widths
-            for direction, name in (("fwd", "forward"), ("bwd", "backward"))
-            for config in candidate_configs(width, name)]
-    jobs += [(width, direction, config) for width in fused_widths
-             for direction, name in (("fused_fwd", "forward"), ("fused_bwd", "backward"))
-             for config in candidate_configs(width, name) if not config.chunked]
-    start = time.perf_counter()
+def precompile(jobs, workers):
+    """Fill Triton's cache for every job, ``workers`` processes at a time."""
+    began = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         pool.map(_compile_worker, [jobs[i::workers] for i in range(workers)])
-    print(f"precompiled {len(jobs)} configs in {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"precompiled {len(jobs)} configs in {time.perf_counter() - began:.0f} s", flush=True)
 
+
+# ---------------------------------------------------------------- timing
 
 def _time(fns):
     return common.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
 
 
-def _peers(width, sets, w, with_quack):
-    """F.rms_norm, Liger and (with_quack) quack, timed as the rmsnorm experiment times its
-    contenders: ``{"fwd": {name: stats}, "fwd_bwd": {...}, "errors": {...}, "skipped": {...}}``."""
+def _timed(fields, fns):
+    try:
+        fields["us"] = _time(fns)
+    except Exception as error:  # recorded, the sweep goes on
+        fields["error"] = f"{type(error).__name__}: {error}"[:300]
+    return fields
+
+
+def _best(entries):
+    timed = [e for e in entries if "us" in e]
+    return min(timed, key=lambda e: e["us"]) if timed else None
+
+
+def explore_fused(width, rows, quick, with_liger):
+    """Every explored config of the fused kernels, and the unfused path and Liger."""
+    from bench.exp_fused_add import liger, time_pair
+
+    rt, rf = _kernels()
+    sets_n = 1 if quick else common.rotating_input_sets(4 * rows * width * 2, DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(width)
+    sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                  for _ in range(4)) for _ in range(sets_n)]  # x, residual, dy, ds
+    w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+    saved = [rf.fused_add_rms_norm_forward(x, r, w, EPS) for x, r, _, _ in sets]
+    entry = {"width": width, "rows": rows, "input_sets": sets_n, "fwd": [], "bwd": []}
+    for config in fused_configs(width, "forward", quick):
+        entry["fwd"].append(_timed(_fields(config), [
+            lambda x=x, r=r, c=config: rf.fused_add_rms_norm_forward(x, r, w, EPS, config=c)
+            for x, r, _, _ in sets]))
+    for config in fused_configs(width, "backward", quick):
+        entry["bwd"].append(_timed(_fields(config), [
+            lambda dy=dy, ds=ds, s=sv[1], rstd=sv[2], c=config:
+            rf.fused_add_rms_norm_backward(dy, ds, s, w, rstd, config=c)
+            for (_, _, dy, ds), sv in zip(sets, saved)]))
+    # ours unfused, kernel by kernel: torch's add + the plain forward; the plain
+    # backward + autograd's add of ds
+    plain_rstd = [rt.rms_norm_forward(sv[1], w, EPS)[1] for sv in saved]
+    entry["unfused"] = {
+        "fwd_us": _timed({}, [lambda x=x, r=r: rt.rms_norm_forward(r + x, w, EPS)
+                              for x, r, _, _ in sets]).get("us"),
+        "bwd_us": _timed({}, [lambda dy=dy, ds=ds, s=sv[1], rstd=rstd:
+                              rt.rms_norm_backward(dy, s, w, rstd)[0] + ds
+                              for (_, _, dy, ds), sv, rstd in zip(sets, saved, plain_rstd)]
+                         ).get("us")}
+    # through autograd, as the fused_add experiment times them
     weight = torch.nn.Parameter(w.clone())
-    entry = {"fwd": {}, "fwd_bwd": {}, "errors": {}, "skipped": {}}
-    builds = {"torch_rms_norm": lambda: lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS),
-              "liger": lambda: functools.partial(liger_rms_norm(), w=weight, eps=EPS)}
-    if with_quack:
-        builds["quack"] = lambda: functools.partial(quack_rmsnorm(), weight=weight, eps=EPS)
-    for name, build in builds.items():
-        fn = optional_contender(name, entry["skipped"], build)
-        if fn is not None:
-            time_contender(entry, name, fn, weight, sets, eager=False, replays=6)
+    e2e = {"fwd": {}, "fwd_bwd": {}, "errors": {}}
+    pairs = [(x, r, dy, ds) for x, r, dy, ds in sets]
+    contenders = {"triton": lambda x, r: rf.fused_add_rms_norm(x, r, weight, EPS),
+                  "unfused": lambda x, r: _unfused(rt, x, r, weight)}
+    if with_liger:
+        try:
+            fn = liger()
+            contenders["liger"] = lambda x, r: fn(x, r, weight, EPS)
+        except Exception as error:
+            e2e["errors"]["liger"] = repr(error)[:300]
+    for name, fn in contenders.items():
+        time_pair(e2e, name, fn, weight, pairs, replays=6)
+    entry["autograd"] = {phase: {k: v["median_us"] for k, v in e2e[phase].items()}
+                         for phase in ("fwd", "fwd_bwd")} | {"errors": e2e["errors"]}
     return entry
 
 
-def explore(width, with_quack):
-    nbytes = 2 * ROWS * width * 2
-    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
-    rstds = [rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
-    entry = {"width": width, "rows": ROWS, "input_sets": len(sets), "fwd": [], "bwd": []}
-    for direction, name in (("fwd", "forward"), ("bwd", "backward")):
-        for config in candidate_configs(width, name):
-            fields = {k: getattr(config, k) for k in ("block_rows", "block_cols", "tail_cols",
-                                                      "num_warps", "programs_per_sm", "chunked")}
-            try:
-                if direction == "fwd":
-                    fns = [lambda x=x, c=config: rms_norm_forward(x, w, EPS, config=c)
-                           for x, _ in sets]
-                else:
-                    fns = [lambda x=x, dy=dy, r=r, c=config: rms_norm_backward(dy, x, w, r, config=c)
-                           for (x, dy), r in zip(sets, rstds)]
-                fields["us"] = _time(fns)
-            except Exception as error:
-                fields["error"] = f"{type(error).__name__}: {error}"[:300]
-            entry[direction].append(fields)
-    entry["default_fwd_us"] = _time([lambda x=x: rms_norm_forward(x, w, EPS) for x, _ in sets])
-    entry["default_bwd_us"] = _time([lambda x=x, dy=dy, r=r: rms_norm_backward(dy, x, w, r)
-                                     for (x, dy), r in zip(sets, rstds)])
-    entry["peers"] = _peers(width, sets, w, with_quack)
+def _unfused(rt, x, r, weight):
+    s = r + x
+    return rt.rms_norm(s, weight, EPS), s
+
+
+def explore_plain(width, rows, quick, with_peers):
+    """Every plain candidate, forward and backward separately, and the peers."""
+    from bench.exp_rmsnorm import liger_rms_norm, optional_contender, time_contender
+
+    rt, _ = _kernels()
+    sets_n = 1 if quick else common.rotating_input_sets(2 * rows * width * 2, DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(width)
+    sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                  for _ in range(2)) for _ in range(sets_n)]
+    w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+    rstds = [rt.rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
+    entry = {"width": width, "rows": rows, "input_sets": sets_n, "fwd": [], "bwd": []}
+    for config in plain_configs(width, "forward", quick):
+        entry["fwd"].append(_timed(_fields(config), [
+            lambda x=x, c=config: rt.rms_norm_forward(x, w, EPS, config=c) for x, _ in sets]))
+    for config in plain_configs(width, "backward", quick):
+        entry["bwd"].append(_timed(_fields(config), [
+            lambda x=x, dy=dy, r=r, c=config: rt.rms_norm_backward(dy, x, w, r, config=c)
+            for (x, dy), r in zip(sets, rstds)]))
+    if with_peers:
+        weight = torch.nn.Parameter(w.clone())
+        peers = {"fwd": {}, "fwd_bwd": {}, "errors": {}, "skipped": {}}
+        builds = {"torch_rms_norm": lambda: lambda x: torch.nn.functional.rms_norm(
+                      x, (width,), weight, EPS),
+                  "liger": lambda: functools.partial(liger_rms_norm(), w=weight, eps=EPS)}
+        for name, build in builds.items():
+            fn = optional_contender(name, peers["skipped"], build)
+            if fn is not None:
+                time_contender(peers, name, fn, weight, sets, eager=False, replays=6)
+        entry["peers"] = {phase: {k: v["median_us"] for k, v in peers[phase].items()}
+                          for phase in ("fwd", "fwd_bwd")} | {"errors": peers["errors"]}
     return entry
 
 
-def explore_fused(width):
-    """The fused add + norm kernels over the plain kernel's (register) candidates."""
-    nbytes = 4 * ROWS * width * 2
-    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
-    residuals = [torch.randn_like(x) for x, _ in sets]
-    saved = [fused_add_rms_norm_forward(x, r, w, EPS) for (x, _), r in zip(sets, residuals)]
-    entry = {"width": width, "rows": ROWS, "fwd": [], "bwd": []}
-    for direction, name in (("fwd", "forward"), ("bwd", "backward")):
-        for config in candidate_configs(width, name):
-            if config.chunked:
-                continue
-            fields = {k: getattr(config, k) for k in ("block_rows", "num_warps",
-                                                      "programs_per_sm")}
-            try:
-                if direction == "fwd":
-                    fns = [lambda x=x, r=r, c=config: fused_add_rms_norm_forward(
-                        x, r, w, EPS, config=c) for (x, _), r in zip(sets, residuals)]
-                else:
-                    fns = [lambda dy=dy, ds=r, s=sv[1], rstd=sv[2], c=config:
-                           fused_add_rms_norm_backward(dy, ds, s, w, rstd, config=c)
-                           for (_, dy), r, sv in zip(sets, residuals, saved)]
-                fields["us"] = _time(fns)
-            except Exception as error:
-                fields["error"] = f"{type(error).__name__}: {error}"[:300]
-            entry[direction].append(fields)
-    entry["default_fwd_us"] = _time([lambda x=x, r=r: fused_add_rms_norm_forward(x, r, w, EPS)
-                                     for (x, _), r in zip(sets, residuals)])
-    entry["default_bwd_us"] = _time([lambda dy=dy, ds=r, sv=sv: fused_add_rms_norm_backward(
-        dy, ds, sv[1], w, sv[2]) for (_, dy), r, sv in zip(sets, residuals, saved)])
+def cluster_attempt(width, rows):
+    """quack's way for wide rows: one row in registers across a cluster of num_ctas
+    thread blocks. Records the compile error where Triton cannot build it."""
+    rt, _ = _kernels()
+    x = torch.randn(rows, width, device=DEVICE).to(DTYPE)
+    w = torch.ones(width, device=DEVICE, dtype=DTYPE)
+    y, rstd, args = rt.forward_arguments(x, w, EPS)
+    out = []
+    for num_ctas, num_warps in ((2, 16), (4, 16), (2, 32)):
+        fields = {"width": width, "num_ctas": num_ctas, "num_warps": num_warps}
+        try:
+            rt.rms_norm_fwd_kernel[(rows,)](
+                **args, BLOCK_ROWS=1, BLOCK_COLS=width, TAIL_COLS=0,
+                num_warps=num_warps, num_ctas=num_ctas)
+            fields["us"] = _time([lambda: rt.rms_norm_fwd_kernel[(rows,)](
+                **args, BLOCK_ROWS=1, BLOCK_COLS=width, TAIL_COLS=0,
+                num_warps=num_warps, num_ctas=num_ctas)])
+        except Exception as error:
+            message = str(error)
+            found = re.findall(r"error: ([^\n]*)", message)
+            fields["error"] = f"{type(error).__name__}: {found[0] if found else message}"[:400]
+        out.append(fields)
+    return out
+
+
+def compile_timing(rows=ROWS, width=4096):
+    """Eager against torch.compile(fullgraph=True): both modules, forward+backward,
+    host overhead included (do_bench of eager autograd calls) and GPU time (graphs)."""
+    import rmsnorm_triton
+    from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
+    from rmsnorm_triton import TritonQwen3RMSNorm
+
+    results = {"kernels_from": rmsnorm_triton.__file__, "rows": rows, "width": width}
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    x, r, dy, ds = (torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                    for _ in range(4))
+    for name, module, inputs, grads in (
+            ("plain", TritonQwen3RMSNorm(width), (x,), (dy,)),
+            ("fused", TritonQwen3FusedAddRMSNorm(width), (x, r), (dy, ds))):
+        try:
+            results[name] = _compile_entry(module, inputs, grads)
+        except Exception as error:  # e.g. under the interpreter, which dynamo cannot trace
+            results[name] = {"error": repr(error)[:300]}
+        print(f"compile {name}: {results[name]}", flush=True)
+    return results
+
+
+def _compile_entry(module, inputs, grads):
+    """graph breaks, Inductor's type for eps, and eager / compiled times of one module."""
+    import torch._dynamo
+    from torch._inductor.utils import run_and_get_code
+
+    module = module.to(DEVICE, DTYPE)
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    torch._dynamo.reset()
+    compiled = torch.compile(module, fullgraph=True)
+    entry = {"graph_breaks": torch._dynamo.explain(module)(*leaves).graph_break_count}
+    _, codes = run_and_get_code(compiled, *leaves)
+    entry["eps_types"] = sorted(set(re.findall(r"'eps': '(\w+)'", "\n".join(codes))))
+    for mode, fn in (("eager", module), ("compiled", compiled)):
+        def step(fn=fn):
+            outputs = fn(*leaves)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            torch.autograd.grad(outputs, leaves + [module.weight], grads)
+        try:
+            entry[mode] = {"fwd_bwd_do_bench_us": common.eager_time_us(step)["median_us"],
+                           "fwd_bwd_graph_us": _time([step])}
+        except Exception as error:
+            entry[mode] = {"error": repr(error)[:300]}
+    entry["compiled_over_eager"] = {k: entry["compiled"][k] / entry["eager"][k]
+                                    for k in entry["eager"]
+                                    if k in entry["compiled"] and k != "error"}
     return entry
+
+
+# ---------------------------------------------------------------- main
+
+def _widths(text):
+    return [int(v) for v in text.split(",") if v.strip()]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, required=True)
-    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
-    parser.add_argument("--quack-widths", default=",".join(map(str, QUACK_WIDTHS)))
-    parser.add_argument("--fused-widths", default="")
+    parser.add_argument("--fused-widths", default=None)
+    parser.add_argument("--widths", default="")
+    parser.add_argument("--liger-widths", default="")
+    parser.add_argument("--cluster-widths", default="")
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--budget-s", type=float, default=1e9)
+    parser.add_argument("--workers", type=int, default=12)
+    parser.add_argument("--precompile-only", action="store_true")
+    parser.add_argument("--no-precompile", action="store_true")
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    widths = [int(v) for v in args.widths.split(",") if v]
-    quack_widths = {int(v) for v in args.quack_widths.split(",") if v}
-    fused_widths = [int(v) for v in args.fused_widths.split(",") if v]
-    if DEVICE == "cuda":
-        precompile(widths, fused_widths)
-    copy = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE, "eager")
-    results, fused = [], []
+    if args.snippets:
+        sys.path.insert(0, str(pathlib.Path(args.snippets).resolve()))
+    if not (args.quick or DEVICE == "cuda"):
+        raise RuntimeError("explore_widths needs a CUDA GPU; use --quick for the CPU smoke test")
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = QUICK_ROWS if args.quick else ROWS
+    payload = {"experiment": "explore_widths", "environment": common.environment(),
+               "config": {"quick": args.quick, "rows": rows, "dtype": "bfloat16", "eps": EPS,
+                          "timer": "median GPU time per call from CUDA-graph replays (8 calls "
+                                   "per graph, 6 replays), rotating input sets",
+                          "tag": args.tag},
+               "fused": [], "plain": [], "cluster": []}
+    path = args.out / f"explore_widths{('-' + args.tag) if args.tag else ''}.json"
+
+    def save():
+        path.write_text(json.dumps(payload, indent=1))
+
+    if args.compile_only:
+        payload["compile"] = compile_timing(rows if args.quick else ROWS)
+        save()
+        return
+    from bench.exp_width_sweep import WIDTHS
+
+    fused_widths = (_widths(args.fused_widths) if args.fused_widths is not None
+                    else QUICK_FUSED_WIDTHS if args.quick else list(WIDTHS))
+    plain_widths, liger_widths = _widths(args.widths), set(_widths(args.liger_widths))
+    if DEVICE == "cuda" and not args.no_precompile:
+        jobs = [(kind, width, config) for width in fused_widths
+                for kind, direction in (("fused_fwd", "forward"), ("fused_bwd", "backward"))
+                for config in fused_configs(width, direction)]
+        jobs += [(kind, width, config) for width in plain_widths
+                 for kind, direction in (("fwd", "forward"), ("bwd", "backward"))
+                 for config in plain_configs(width, direction)]
+        jobs += [(kind, width, None) for width in fused_widths for kind in ("fwd", "bwd")]
+        jobs += [("liger", width, None) for width in sorted(liger_widths)]
+        precompile(jobs, args.workers)
+    if args.precompile_only:
+        return
+    began = time.perf_counter()
+    payload["copy"] = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE,
+                                            "eager")
     for width in fused_widths:
-        entry = explore_fused(width)
-        best_f = min(c["us"] for c in entry["fwd"] if "us" in c)
-        best_b = min(c["us"] for c in entry["bwd"] if "us" in c)
-        print(f"fused {width}: default {entry['default_fwd_us']:.1f}/"
-              f"{entry['default_bwd_us']:.1f} best {best_f:.1f}/{best_b:.1f}", flush=True)
-        fused.append(entry)
-    for width in widths:
+        if time.perf_counter() - began > args.budget_s:
+            payload.setdefault("skipped_widths", []).append(width)
+            continue
         start = time.perf_counter()
-        entry = explore(width, width in quack_widths)
-        best_f = min(c["us"] for c in entry["fwd"] if "us" in c)
-        best_b = min(c["us"] for c in entry["bwd"] if "us" in c)
-        peers = {k: (round(v["median_us"], 1), round(entry["peers"]["fwd_bwd"][k]["median_us"], 1))
-                 for k, v in entry["peers"]["fwd"].items()}
-        print(f"{width}: default {entry['default_fwd_us']:.1f}/{entry['default_bwd_us']:.1f} "
-              f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
-        results.append(entry)
-        payload = {"experiment": "explore_widths", "environment": common.environment(),
-                   "config": {"quick": DEVICE != "cuda", "rows": ROWS, "dtype": "bfloat16", "eps": EPS},
-                   "copy": copy, "results": results, "fused": fused}
-        (args.out / "explore_widths.json").write_text(json.dumps(payload, indent=1))
+        entry = explore_fused(width, rows, args.quick, width in liger_widths)
+        payload["fused"].append(entry)
+        save()
+        best_f, best_b = _best(entry["fwd"]), _best(entry["bwd"])
+        print(f"fused {width}: shipped {entry['fwd'][0].get('us', 0):.1f}/"
+              f"{entry['bwd'][0].get('us', 0):.1f} best {best_f and best_f['us']:.1f}/"
+              f"{best_b and best_b['us']:.1f} unfused {entry['unfused']} "
+              f"autograd {entry['autograd']['fwd_bwd']} ({time.perf_counter() - start:.1f} s)",
+              flush=True)
+    for width in plain_widths:
+        if time.perf_counter() - began > args.budget_s:
+            payload.setdefault("skipped_widths", []).append(width)
+            continue
+        entry = explore_plain(width, rows, args.quick, DEVICE == "cuda")
+        payload["plain"].append(entry)
+        save()
+        print(f"plain {width}: best {_best(entry['fwd'])} / {_best(entry['bwd'])} "
+              f"peers {entry.get('peers')}", flush=True)
+    for width in _widths(args.cluster_widths):
+        payload["cluster"] += cluster_attempt(width, rows)
+        save()
+        print(f"cluster {width}: {payload['cluster'][-3:]}", flush=True)
+    if args.compile:
+        payload["compile"] = compile_timing(rows)
+    save()
 
 
 if __name__ == "__main__":
