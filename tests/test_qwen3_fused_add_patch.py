@@ -185,14 +185,55 @@ def test_output_hidden_states_raises_clearly(device):
     patch_qwen3_fused_add_rmsnorm()
     with pytest.raises(NotImplementedError, match="output_hidden_states"):
         model(input_ids=ids, output_hidden_states=True)
-    model(input_ids=ids, output_attentions=True)  # attentions are still recorded
 
 
-def test_refuses_another_transformers(monkeypatch):
+def test_attentions_and_return_dict_are_hfs(device):
+    """HF's output capture (capture_outputs) still wraps the patched Qwen3Model.forward:
+    output_attentions records every layer's attention weights, return_dict=False a tuple."""
+    model = tiny_model(device, layers=3, attn_implementation="eager")
+    ids = batch(model, device)
+    with torch.no_grad():
+        expected = model(input_ids=ids, output_attentions=True)
+        expected_tuple = model.model(input_ids=ids, return_dict=False)
+        undo = patch_qwen3_fused_add_rmsnorm()
+        got = model(input_ids=ids, output_attentions=True)
+        got_tuple = model.model(input_ids=ids, return_dict=False)
+    undo()
+    assert isinstance(got.attentions, tuple) and len(got.attentions) == 3
+    for ours, theirs in zip(got.attentions, expected.attentions):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert isinstance(got_tuple, tuple) and len(got_tuple) == len(expected_tuple)
+    torch.testing.assert_close(got_tuple[0], expected_tuple[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["past_key_values", "cache"])
+def test_either_cache_name_is_accepted(device, name):
+    """transformers 5.24 calls the KV cache `cache` (5.17: past_key_values; the old name is
+    an alias until 5.40): the patched model takes either and returns HF's field."""
+    model = tiny_model(device).eval()
+    ids = batch(model, device, (1, 6))
+    undo = patch_qwen3_fused_add_rmsnorm()
+    with torch.no_grad():
+        cache = modeling_qwen3.DynamicCache(config=model.config)
+        out = model.model(input_ids=ids[:, :4], use_cache=True, **{name: cache})
+        step = model.model(input_ids=ids[:, 4:], use_cache=True, **{name: cache})
+    undo()
+    field = qwen3_fused_add_patch.CACHE  # the installed version's output field
+    assert getattr(out, field) is cache and getattr(step, field) is cache
+    assert cache.get_seq_length() == 6
+    with torch.no_grad():
+        expected = model.model(input_ids=ids).last_hidden_state[:, 4:]
+    torch.testing.assert_close(step.last_hidden_state, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_refuses_versions_outside_the_tested_range(monkeypatch):
     # the module object the patch reads (transformers swaps its lazy module on first use)
-    monkeypatch.setattr(qwen3_fused_add_patch.transformers, "__version__", "5.18.0")
-    with pytest.raises(RuntimeError, match="5.17"):
-        patch_qwen3_fused_add_rmsnorm()
+    for version in ("5.16.2", "5.25.0", "6.0.0"):
+        monkeypatch.setattr(qwen3_fused_add_patch.transformers, "__version__", version)
+        with pytest.raises(RuntimeError, match=f"tested with transformers 5.17 to 5.24.*found {version}"):
+            patch_qwen3_fused_add_rmsnorm()
+    monkeypatch.setattr(qwen3_fused_add_patch.transformers, "__version__", "5.20.1")
+    patch_qwen3_fused_add_rmsnorm()()  # inside the range: the forwards' signatures decide
     monkeypatch.undo()
     monkeypatch.delattr(modeling_qwen3, "create_causal_mask")
     with pytest.raises(RuntimeError, match="create_causal_mask"):
