@@ -196,15 +196,18 @@ def explore_fused(width, rows, quick, with_liger):
                   "unfused": lambda x, r: _unfused(rt, x, r, weight)}
     if with_liger:
         try:
-            fn = liger()
-            contenders["liger"] = lambda x, r: fn(x, r, weight, EPS)
+            contenders["liger"] = functools.partial(_liger_pair, liger(), weight)
         except Exception as error:
             e2e["errors"]["liger"] = repr(error)[:300]
-    for name, fn in contenders.items():
-        time_pair(e2e, name, fn, weight, pairs, replays=6)
+    for name, contender in contenders.items():
+        time_pair(e2e, name, contender, weight, pairs, replays=6)
     entry["autograd"] = {phase: {k: v["median_us"] for k, v in e2e[phase].items()}
                          for phase in ("fwd", "fwd_bwd")} | {"errors": e2e["errors"]}
     return entry
+
+
+def _liger_pair(fn, weight, x, r):
+    return fn(x, r, weight, EPS)
 
 
 def _unfused(rt, x, r, weight):
@@ -271,7 +274,7 @@ def cluster_attempt(width, rows):
     return out
 
 
-def compile_timing(rows=ROWS, width=4096):
+def compile_timing(rows=ROWS, width=4096, modules=("plain", "fused")):
     """Eager against torch.compile(fullgraph=True): both modules, forward+backward,
     host overhead included (do_bench of eager autograd calls) and GPU time (graphs)."""
     import rmsnorm_triton
@@ -285,12 +288,26 @@ def compile_timing(rows=ROWS, width=4096):
     for name, module, inputs, grads in (
             ("plain", TritonQwen3RMSNorm(width), (x,), (dy,)),
             ("fused", TritonQwen3FusedAddRMSNorm(width), (x, r), (dy, ds))):
+        if name not in modules:
+            continue
         try:
             results[name] = _compile_entry(module, inputs, grads)
         except Exception as error:  # e.g. under the interpreter, which dynamo cannot trace
             results[name] = {"error": repr(error)[:300]}
         print(f"compile {name}: {results[name]}", flush=True)
     return results
+
+
+def _kernel_time_us(step, calls=20):
+    """GPU time per call: the CUDA kernels' own time from the profiler (no graph capture,
+    which a first torch.compile in the process can invalidate)."""
+    step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    return sum(event.self_device_time_total for event in prof.key_averages()) / calls
 
 
 def _compile_entry(module, inputs, grads):
@@ -312,7 +329,7 @@ def _compile_entry(module, inputs, grads):
             torch.autograd.grad(outputs, leaves + [module.weight], grads)
         try:
             entry[mode] = {"fwd_bwd_do_bench_us": common.eager_time_us(step)["median_us"],
-                           "fwd_bwd_graph_us": _time([step])}
+                           "fwd_bwd_kernels_us": _kernel_time_us(step)}
         except Exception as error:
             entry[mode] = {"error": repr(error)[:300]}
     entry["compiled_over_eager"] = {k: entry["compiled"][k] / entry["eager"][k]
@@ -336,6 +353,7 @@ def main():
     parser.add_argument("--cluster-widths", default="")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--modules", default="plain,fused", help="--compile's modules")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -355,14 +373,15 @@ def main():
                           "timer": "median GPU time per call from CUDA-graph replays (8 calls "
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
-               "fused": [], "plain": [], "cluster": []}
+               "results": {"fused": [], "plain": [], "cluster": []}}
+    results = payload["results"]
     path = args.out / f"explore_widths{('-' + args.tag) if args.tag else ''}.json"
 
     def save():
         path.write_text(json.dumps(payload, indent=1))
 
     if args.compile_only:
-        payload["compile"] = compile_timing(rows if args.quick else ROWS)
+        results["compile"] = compile_timing(rows, modules=args.modules.split(","))
         save()
         return
     from bench.exp_width_sweep import WIDTHS
@@ -383,15 +402,15 @@ def main():
     if args.precompile_only:
         return
     began = time.perf_counter()
-    payload["copy"] = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE,
+    results["copy"] = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE,
                                             "eager")
     for width in fused_widths:
         if time.perf_counter() - began > args.budget_s:
-            payload.setdefault("skipped_widths", []).append(width)
+            results.setdefault("skipped_widths", []).append(width)
             continue
         start = time.perf_counter()
         entry = explore_fused(width, rows, args.quick, width in liger_widths)
-        payload["fused"].append(entry)
+        results["fused"].append(entry)
         save()
         best_f, best_b = _best(entry["fwd"]), _best(entry["bwd"])
         print(f"fused {width}: shipped {entry['fwd'][0].get('us', 0):.1f}/"
@@ -401,19 +420,19 @@ def main():
               flush=True)
     for width in plain_widths:
         if time.perf_counter() - began > args.budget_s:
-            payload.setdefault("skipped_widths", []).append(width)
+            results.setdefault("skipped_widths", []).append(width)
             continue
         entry = explore_plain(width, rows, args.quick, DEVICE == "cuda")
-        payload["plain"].append(entry)
+        results["plain"].append(entry)
         save()
         print(f"plain {width}: best {_best(entry['fwd'])} / {_best(entry['bwd'])} "
               f"peers {entry.get('peers')}", flush=True)
     for width in _widths(args.cluster_widths):
-        payload["cluster"] += cluster_attempt(width, rows)
+        results["cluster"] += cluster_attempt(width, rows)
         save()
-        print(f"cluster {width}: {payload['cluster'][-3:]}", flush=True)
+        print(f"cluster {width}: {results['cluster'][-3:]}", flush=True)
     if args.compile:
-        payload["compile"] = compile_timing(rows)
+        results["compile"] = compile_timing(rows, modules=args.modules.split(","))
     save()
 
 
