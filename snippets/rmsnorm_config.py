@@ -87,7 +87,8 @@ def pick(ladder, n_cols: int, block_cols: int, tail_cols: int) -> LaunchConfig:
 
 
 # ------------------------------------------------------------------ H200 (sm_90)
-# From the explorations in docs/data/h200/explore-widths-*.json (bench/PERF_LOG.md).
+# From the explorations in docs/data/h200/explore-widths-*.json (bench/PERF_LOG.md):
+# each rung is the fastest config measured at the widths it covers, or within 2 %.
 
 H200_FORWARD = (
     Rung(1536, 1024, 2, tail=True),  # 300 = 256 + 64: 4 rows; 1536 = 1024 + 512: 1 row
@@ -112,27 +113,49 @@ H200_BACKWARD = (
     Rung(8192, 1, 8, 1, tail=False),
     Rung(12288, 1, 8, 1),  # 8192 + a tail
     Rung(ANY_WIDTH, 4096, 8, 2, vector=False, chunks=(2048,)),  # 2 rows of 2048
+    Rung(MAX_COLS, 1, 8, 1, prefetch=False),  # 14336, 16384: in registers, no prefetch
     Rung(ANY_WIDTH, 16384, 16, 1, chunks=(8192,)),  # 2 rows of 8192 per tile
 )
 
-H200_FUSED_FORWARD = (
-    Rung(1024, 2048, 4),
-    Rung(1536, 2048, 4, tail=True),
-    Rung(5120, 1, 2),
+H200_FUSED_FORWARD = (  # explore-widths-fused-be832ca.json: x and residual per element
+    Rung(256, 1024, 4),
+    Rung(320, 1024, 2, tail=True),  # 300 = 256 + 64
+    Rung(384, 1024, 4, tail=True),
+    Rung(512, 2048, 8, tail=False),
+    Rung(768, 1024, 2, tail=True),  # 520 .. 768 = 512 + a tail: 2 rows
+    Rung(1024, 2048, 8, tail=False),
+    Rung(1536, 1, 2, tail=True),
+    Rung(2048, 1, 8, tail=False),
+    Rung(3072, 1, 4, tail=True),
+    Rung(4096, 1, 2, tail=False),
+    Rung(5120, 1, 2, tail=True),
+    Rung(6144, 1, 4, tail=True),
     Rung(8192, 1, 4),
-    Rung(ANY_WIDTH, 2048, 16, vector=False, chunks=(2048,)),
-    Rung(MAX_COLS, 1, 8),
+    Rung(ANY_WIDTH, 2048, 8, vector=False, chunks=(2048,)),  # 16383
+    Rung(10240, 1, 16, chunks=(4096,)),  # 8192 + 2048: chunks of 4096
+    Rung(12288, 1, 16),  # 8192 + 4096: in registers
+    Rung(MAX_COLS, 1, 8, chunks=(8192,)),
     Rung(ANY_WIDTH, 1, 16, chunks=(8192, 4096)),
 )
 
-H200_FUSED_BACKWARD = (
-    Rung(256, 1024, 4, 8),
-    Rung(2048, 4096, 4, 2),
-    Rung(2560, 2048, 8, 2, tail=True),
-    Rung(4096, 1, 4, 2, tail=False),
+H200_FUSED_BACKWARD = (  # dy, ds and s per element: smaller tiles than the plain one
+    Rung(256, 1024, 8, 4),
+    Rung(384, 1024, 4, 4, tail=True),
+    Rung(768, 1024, 4, 4),  # 512 .. 768: 2 rows, 4 programs per SM
+    Rung(1024, 1, 4, 4),
+    Rung(1280, 1, 4, 4, tail=True),
+    Rung(1536, 1, 4, 4, tail=True, vector=False),  # 1500
+    Rung(1536, 2048, 8, 2, tail=True),  # 1536 = 1024 + 512: 2 rows, 8 warps
+    Rung(2048, 4096, 4, 2, tail=False),
+    Rung(4096, 1, 4, 2),
+    Rung(4608, 1, 8, 2, tail=True, prefetch=False),  # 4096 + 512
+    Rung(5120, 1, 4, 2, tail=True, prefetch=False),  # 4096 + 1024
+    Rung(6144, 1, 16, 1, tail=True),
     Rung(8192, 1, 16, 1),
-    Rung(ANY_WIDTH, 4096, 8, 2, vector=False, chunks=(2048,)),
-    Rung(ANY_WIDTH, 16384, 16, 1, chunks=(8192,)),
+    Rung(ANY_WIDTH, 4096, 16, 2, vector=False, chunks=(2048,)),  # 16383: 2 rows of 2048
+    Rung(10240, 1, 8, 1, prefetch=False),  # 8192 + 2048: no prefetch, no spill
+    Rung(12288, 1, 16, 1, prefetch=False),
+    Rung(ANY_WIDTH, 16384, 16, 1, chunks=(8192,)),  # 2 rows of 8192
 )
 
 
@@ -194,10 +217,6 @@ def candidates(direction: str, n_cols: int, block_cols: int, tail_cols: int):
     return configs
 
 
-def _elements_per_thread(config: LaunchConfig) -> float:
-    return config.block_rows * (config.block_cols + config.tail_cols) / (32 * config.num_warps)
-
-
 def fused_candidates(direction: str, n_cols: int, block_cols: int, tail_cols: int):
     """The configs explored for the fused add (three tensors per element backward).
 
@@ -214,8 +233,8 @@ def fused_candidates(direction: str, n_cols: int, block_cols: int, tail_cols: in
         for r in rows:
             tile = r * lanes
             if direction == "forward":
-                configs += [LaunchConfig(r, block_cols, tail_cols, w) for w in (2, 4, 8, 16)
-                            if 4 <= tile / (32 * w) <= 64]
+                configs += [LaunchConfig(r, block_cols, tail_cols, w)
+                            for w in (2, 4, 8, 16) if 4 <= tile / (32 * w) <= 64]
                 continue
             per_sm = (4, 8) if tile <= 2048 else (2, 4) if tile <= 4096 else (1, 2)
             for w in (4, 8, 16):
@@ -232,6 +251,6 @@ def fused_candidates(direction: str, n_cols: int, block_cols: int, tail_cols: in
             configs += [LaunchConfig(1, c, 0, w, chunked=True)
                         for c in chunks for w in (8, 16)]
         else:
-            configs += [LaunchConfig(r, c, 0, w, p, chunked=True)
-                        for c in chunks for r in (1, 2) for w in (8, 16) for p in (1, 2)]
+            configs += [LaunchConfig(r, c, 0, w, p, chunked=True) for c in chunks
+                        for r in (1, 2) for w in (8, 16) for p in (1, 2)]
     return list(dict.fromkeys(configs))

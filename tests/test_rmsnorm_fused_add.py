@@ -506,7 +506,8 @@ def test_chunked_kernels_match_fp64_and_hf(n_cols, fwd, bwd, dtype, device):
 
 def test_chunked_backward_walks_every_tile_with_ds(device):
     """Two row slots, several tiles each, with ds: every tile written once (poisoned outputs)."""
-    x, r, w, dy, ds = fused_inputs((7, 100), torch.float64, device, seed=75)
+    n_rows = 3 * sm_count(torch.device(device)) + 1  # 2 slots per SM, 2 chunks: 4 tiles each
+    x, r, w, dy, ds = fused_inputs((n_rows, 100), torch.float64, device, seed=75)
     _, s, rstd = fused_add_rms_norm_forward(x, r, w)
     with poisoned_allocations():
         dx, dw = fused_add_rms_norm_backward(dy, ds, s, w, rstd, config=chunked(1, 64, per_sm=2))
@@ -516,7 +517,8 @@ def test_chunked_backward_walks_every_tile_with_ds(device):
 
 @pytest.mark.parametrize("n_cols", [300, 4100])
 def test_backward_without_prefetch_with_ds(n_cols, device):
-    x, r, w, dy, ds = fused_inputs((9, n_cols), torch.float64, device, seed=76)
+    n_rows = 4 * sm_count(torch.device(device)) + 1
+    x, r, w, dy, ds = fused_inputs((n_rows, n_cols), torch.float64, device, seed=76)
     _, s, rstd = fused_add_rms_norm_forward(x, r, w)
     config = LaunchConfig(1, *column_blocks(n_cols), num_warps=4, programs_per_sm=1, prefetch=False)
     with poisoned_allocations():

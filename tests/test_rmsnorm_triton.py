@@ -300,10 +300,10 @@ def test_launch_configs_cover_qwen3_widths():
         fwd, bwd = rmsnorm_triton.forward_config(n_cols), rmsnorm_triton.backward_config(n_cols)
         for config in (fwd, bwd):
             assert isinstance(config, rmsnorm_triton.LaunchConfig)
-            # rows of more than 12288 lanes: too wide for the register backward; wide rows
-            # without 16-byte vector loads (16383) are chunked in both directions
-            unaligned_wide = n_cols > 8192 and n_cols % 8 != 0
-            assert config.chunked == (unaligned_wide or (config is bwd and block_cols + tail_cols > 12288)), n_cols
+            # wide rows without 16-byte vector loads (16383) are chunked in both directions
+            # (the backward from 12288 lanes on); rows past MAX_COLS are chunked
+            unaligned_wide = n_cols % 8 != 0 and block_cols + tail_cols > (8192 if config is fwd else 12288)
+            assert config.chunked == (unaligned_wide or n_cols > rmsnorm_triton.MAX_COLS), n_cols
             assert config.chunked or (config.block_cols, config.tail_cols) == (block_cols, tail_cols), n_cols
             assert config.block_rows >= 1 and config.num_warps in (1, 2, 4, 8, 16, 32)
             rmsnorm_triton.check_config(config, n_cols)  # the heuristics pass their own check
@@ -455,7 +455,7 @@ def sweep_cases(n_cases=320, seed=2026):
              rng.choice([2, 4, 8]), rng.choice([0.01, 1.0, 30.0])) for case in range(n_cases)]
 
 
-SWEEP_CHUNKS = 4  # run in parallel under pytest-xdist
+SWEEP_CHUNKS = 8  # run in parallel under pytest-xdist
 
 
 def test_sweep_cases_cover_dtypes_layouts_and_tail_widths():
@@ -472,7 +472,7 @@ def test_sweep_cases_cover_dtypes_layouts_and_tail_widths():
 @pytest.mark.gpu
 @pytest.mark.parametrize("chunk", range(SWEEP_CHUNKS))
 def test_randomized_sweep_against_fp64(chunk):  # pragma: gpu only
-    """320 random cases in all (4 chunks of 80): shapes, dtypes, strides, eps."""
+    """320 random cases in all (8 chunks of 40): shapes, dtypes, strides, eps."""
     cases = sweep_cases()
     assert len(cases) >= 300
     failures = []
@@ -841,18 +841,18 @@ def test_dw_is_deterministic_at_any_width(n_cols):  # pragma: gpu only
 # ---------------------------------------------- what the rules decide, checked at the launch
 
 def test_chunked_backward_walks_every_tile_of_its_slot(device, monkeypatch):
-    """Two row slots of the chunked backward's persistent grid, four tiles each: slot k owns
-    tiles k, k + 2, k + 4, ... A loop stepping by one tile leaves tiles unwritten (NaN)."""
+    """Row slots of the chunked backward's persistent grid, four tiles each: slot k owns
+    tiles k, k + n_slots, ... A loop stepping by one tile leaves tiles unwritten (NaN)."""
     spy = LaunchSpy(rmsnorm_triton.rms_norm_bwd_chunked_kernel)
     monkeypatch.setattr(rmsnorm_triton, "rms_norm_bwd_chunked_kernel", spy)
-    x, w, dy = random_inputs((7, 100), torch.float32, device, seed=71)
+    n_slots = rmsnorm_triton.sm_count(torch.device(device)) * 2 // 2  # 2 per SM, 2 chunks
+    x, w, dy = random_inputs((3 * n_slots + 1, 100), torch.float32, device, seed=71)
     config = chunked(1, 64, warps=4, per_sm=2)
     _, rstd = rms_norm_forward(x, w, 1e-6)
     with poisoned_allocations():
         dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
     (grid, kwargs), = spy.launches
-    n_slots = grid[0]
-    assert n_slots >= 2 and kwargs["tiles_per_program"] * n_slots >= 7 > n_slots
+    assert grid == (n_slots, 2) and kwargs["tiles_per_program"] == 4
     _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
     assert rel_err(dx, ref_dx) < REL_TOL[torch.float32] and rel_err(dw, ref_dw) < REL_TOL[torch.float32]
 
@@ -905,10 +905,11 @@ def test_misaligned_row_views_on_the_gpu():  # pragma: gpu only
     """bf16 rows of 4096 inside rows of 4100: the first row is 16-byte aligned, the others
     only 8-byte. A 16-byte promise here would be a misaligned vector load (a fault)."""
     base = torch.randn(512, 4100, device="cuda").to(torch.bfloat16)
-    x = base[:, :4096]
+    x = base.requires_grad_()[:, :4096]
     dy = torch.randn_like(base)[:, :4096]
     w = (torch.rand(4096, device="cuda") + 0.5).to(torch.bfloat16)
-    y, dx, dw = run_triton(x, w, 1e-6, dy)
+    assert rmsnorm_triton.row_alignment(4096, 4100) == 4
+    y, dx, dw = run_on_views(x, w, 1e-6, dy)
     ref_y, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
     for got, ref in ((y, ref_y), (dx, ref_dx), (dw, ref_dw)):
         assert rel_err(got, ref) < REL_TOL[torch.bfloat16]
@@ -917,7 +918,8 @@ def test_misaligned_row_views_on_the_gpu():  # pragma: gpu only
 @pytest.mark.parametrize("n_cols", [300, 4100, 2560])
 def test_backward_without_prefetch_matches(n_cols, device):
     """The register backward without prefetch (wide rows): every tile of every slot, any split."""
-    x, w, dy = random_inputs((9, n_cols), torch.float64, device, seed=n_cols)
+    n_rows = 4 * rmsnorm_triton.sm_count(torch.device(device)) + 1  # 4 or 5 tiles per program
+    x, w, dy = random_inputs((n_rows, n_cols), torch.float64, device, seed=n_cols)
     block_cols, tail_cols = rmsnorm_triton.column_blocks(n_cols)
     config = rmsnorm_triton.LaunchConfig(1, block_cols, tail_cols, 4, 1, prefetch=False)
     _, rstd = rms_norm_forward(x, w, 1e-6)
