@@ -5,7 +5,9 @@
 #   2. mkdocs build --strict              the site, into site/
 #   3. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
 #      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
-#      browser check (headless Debian chromium; screenshots in artifacts/screenshots/)
+#      browser check (headless Debian chromium; screenshots in artifacts/screenshots/);
+#      before it (CPU, whole suite only) the Qwen3 patch tests once more against the
+#      newest tested transformers (requirements-transformers-newest.txt)
 #
 #   ./.ci/test.sh            CPU: kernels run under the Triton interpreter
 #   ./.ci/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
@@ -92,10 +94,27 @@ step "measured data: python -m bench.render --check"
 step "site: mkdocs build --strict"
 "$PY" -m mkdocs build --strict || failed+=("mkdocs build --strict")
 
+COV_APPEND=()
+if [[ $MODE == cpu && $# -eq 0 ]]; then
+  # The Qwen3 patches against the newest tested transformers too: its wheel (pure Python)
+  # goes into its own folder, first on PYTHONPATH; the pinned one stays in the venv.
+  NEWEST="$VENV/transformers-newest"
+  WANTED=$(grep -E '^transformers==' requirements-transformers-newest.txt | cut -d= -f3)
+  step "pytest: the Qwen3 patch tests on transformers $WANTED"
+  if [[ ! -d "$NEWEST/transformers-$WANTED.dist-info" ]]; then
+    rm -rf "$NEWEST"
+    "$PY" -m pip install --quiet --no-deps --target "$NEWEST" -r requirements-transformers-newest.txt
+  fi
+  EXPECTED_TRANSFORMERS=$WANTED PYTHONPATH="$NEWEST" "$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report= \
+    tests/test_qwen3_patch.py tests/test_qwen3_fused_add_patch.py tests/test_qwen3_fused_add_demo.py \
+    tests/test_qwen3_transformers_version.py || failed+=("pytest on transformers $WANTED")
+  COV_APPEND=(--cov-append)  # the coverage floor counts both runs
+fi
+
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
 status=0
 "$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report=term-missing:skip-covered \
-  "${PYTEST_SELECT[@]}" "$@" || status=$?
+  "${COV_APPEND[@]}" "${PYTEST_SELECT[@]}" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   echo "pytest collected no tests (exit 5): the suite itself is broken" >&2
   failed+=("pytest: no tests collected")
