@@ -105,7 +105,8 @@ if [[ $MODE == cpu && $# -eq 0 ]]; then
     rm -rf "$NEWEST"
     "$PY" -m pip install --quiet --no-deps --target "$NEWEST" -r requirements-transformers-newest.txt
   fi
-  EXPECTED_TRANSFORMERS=$WANTED PYTHONPATH="$NEWEST" "$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report= \
+  EXPECTED_TRANSFORMERS=$WANTED PYTHONPATH="$NEWEST" "$PY" -m pytest -p no:cacheprovider \
+    --cov=snippets --cov-report= --cov-fail-under=0 \
     tests/test_qwen3_patch.py tests/test_qwen3_fused_add_patch.py tests/test_qwen3_fused_add_demo.py \
     tests/test_qwen3_transformers_version.py || failed+=("pytest on transformers $WANTED")
   COV_APPEND=(--cov-append)  # the coverage floor counts both runs
