@@ -54,7 +54,8 @@ import traceback
 
 import torch
 
-from bench import common, prose
+from bench import ROOT, common, prose
+from bench.harness import mode, timers
 from bench.exp_loss_curve import (OPTIMIZER, control_norm_class, corpus, gate_with_control, geometry, loss_config,
                                   loss_plot, model_config, rounded, variant_zh)
 from loss_consistency import adamw, batch_starts, cosine_lr, get_batch, train_step
@@ -158,7 +159,7 @@ def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, de
 
         if on_gpu:
             torch.cuda.reset_peak_memory_stats(device)
-        times_ms = common.call_times_ms([step], cfg["steps"], on_gpu=on_gpu)
+        times_ms = timers.call_times_ms([step], cfg["steps"], on_gpu=on_gpu)
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if on_gpu else None
         local_parameters = sum(p.to_local().numel() for p in model.parameters())
         fsdp_modules = sum(isinstance(m, FSDPModule) for m in model.modules())
@@ -181,7 +182,7 @@ def worker(quick: bool, out: pathlib.Path) -> None:
     import torch.distributed as dist
     from transformers import Qwen3ForCausalLM
 
-    on_gpu = common.gpu_available()
+    on_gpu = mode.gpu_available()
     if on_gpu:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if on_gpu else "gloo")
@@ -249,9 +250,9 @@ def worker(quick: bool, out: pathlib.Path) -> None:
 
 
 def run(args) -> dict:
-    mode = common.gpu_or_quick(args, NAME, True, False)
-    on_gpu = mode.on_gpu and torch.cuda.device_count() >= WORLD_SIZE
-    if not (on_gpu or mode.quick):
+    where = mode.gpu_or_quick(args, NAME, True, False)
+    on_gpu = where.on_gpu and torch.cuda.device_count() >= WORLD_SIZE
+    if not (on_gpu or where.quick):
         raise RuntimeError(f"{NAME} needs {WORLD_SIZE} CUDA GPUs, found {torch.cuda.device_count()}")
     env = dict(os.environ)
     if not on_gpu:  # two CPU processes, gloo, Triton's interpreter (it must be chosen before triton loads)
@@ -259,9 +260,9 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / f"{NAME}.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD_SIZE}",
-                   "-m", "bench.exp_fsdp2", "--worker", "--out", str(out)] + (["--quick"] if mode.quick else [])
+                   "-m", "bench.exp_fsdp2", "--worker", "--out", str(out)] + (["--quick"] if where.quick else [])
         print(f"  [fsdp2] {' '.join(command[1:])}", flush=True)
-        done = subprocess.run(command, cwd=common.ROOT, env=env, timeout=TIMEOUT_S[mode.quick], check=False)
+        done = subprocess.run(command, cwd=ROOT, env=env, timeout=TIMEOUT_S[where.quick], check=False)
         if done.returncode or not out.exists():
             raise RuntimeError(f"the torchrun job exited with {done.returncode} and "
                                f"{'wrote' if out.exists() else 'did not write'} {out.name}")

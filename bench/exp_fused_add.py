@@ -19,7 +19,7 @@ The backward receives both gradients, dy for y and ds for s (s is the next layer
 ``torch.autograd.grad`` returns the gradients of x, residual and w: no ``.grad`` accumulation,
 so no contender pays for a copy of the shared dx.
 
-Bytes, the minimum (``exp_rmsnorm.min_bytes(R, H, fwd_io=4, bwd_io=4)``) for R rows of H bf16:
+Bytes, the minimum (``harness.op_timing.min_bytes(R, H, fwd_io=4, bwd_io=4)``) for R rows of H bf16:
 forward reads x and r and writes s and y, 4*R*H*2, plus w read; backward reads dy, ds and s (x_hat
 is recomputed from s and the saved rstd, 4 bytes per row, not counted) and writes dx, 4*R*H*2, which
 is also the residual's gradient, plus w read and dW written. Unfused the same work moves
@@ -31,14 +31,13 @@ import argparse
 import contextlib
 
 import torch
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from bench import common, prose
-from bench.exp_rmsnorm import (_inputs, bandwidth_bars, compare_sentence, copy_bandwidth, copy_ceiling,
-                               fastest_peer, min_bytes, optional_contender, quack_rmsnorm, rows_caption,
-                               time_phases, _ceiling_text)
-from qwen3_configs import BENCH_TOKENS, RMSNORM_SHAPES
-from rmsnorm_triton import rms_norm
+from bench.exp_rmsnorm import _ceiling_text, bandwidth_bars, compare_sentence, copy_ceiling, fastest_peer, rows_caption
+from bench.harness import mode, record
+from bench.harness.contenders import fused_add_contenders
+from bench.harness.op_timing import add_gbps, fused_add_inputs, large_copy, min_bytes, shape_entry, time_fused_add
+from bench.harness.shapes import BENCH_TOKENS, RMSNORM_SHAPES
 
 NAME = "fused_add"
 SHAPES = [RMSNORM_SHAPES[name] for name in RMSNORM_SHAPES if name.startswith("H=")]  # 16384 x 1024 ... 5120
@@ -57,115 +56,32 @@ BYTES = {"fwd_io": 4, "bwd_io": 4}
 PASSES = {"fused": {"fwd": 4, "fwd_bwd": 8}, "unfused": {"fwd": 5, "fwd_bwd": 11}}
 
 
-class HFAddNorm(torch.nn.Module):
-    """What a Qwen3 decoder layer does between attention and MLP: s = residual + x, then the norm."""
-
-    def __init__(self, norm):
-        super().__init__()
-        self.norm = norm
-
-    def forward(self, x, residual):
-        s = residual + x
-        return self.norm(s), s
-
-
-def ours():
-    from rmsnorm_fused_add import fused_add_rms_norm
-
-    return fused_add_rms_norm
-
-
-def liger():
-    if not common.gpu_available():
-        raise RuntimeError("Liger's kernels need CUDA (its Triton code does not run under the interpreter)")
-    from liger_kernel.ops import LigerFusedAddRMSNormFunction
-
-    return lambda x, r, w, eps: LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 0.0, "llama", False)
-
-
-def _contenders(width, device, skipped, on_gpu):
-    """name -> (fn(x, r) -> (y, s), weight) at one width; what cannot run here goes in ``skipped``."""
-    weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(DTYPE))
-    norm = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=DTYPE)
-    norm.weight = weight
-    torch._dynamo.reset()  # one static graph per width
-    compiled = torch.compile(HFAddNorm(norm), dynamic=False, backend="inductor" if on_gpu else "aot_eager")
-
-    def unfused(x, r):
-        s = r + x
-        return rms_norm(s, weight, EPS), s
-
-    out = {"unfused": (unfused, weight), "compile_hf": (compiled, weight)}
-    for name, build, call in (
-            ("liger", liger, lambda fn: lambda x, r: fn(x, r, weight, EPS)),
-            ("quack", quack_rmsnorm, lambda fn: lambda x, r: fn(x, weight, residual=r, eps=EPS, prenorm=True)),
-            ("triton", ours, lambda fn: lambda x, r: fn(x, r, weight, EPS))):
-        fn = optional_contender(name, skipped, build)
-        if fn is not None:
-            out[name] = (call(fn), weight)
-    return out
-
-
-def _sets(rows, width, device, n_sets, seed):
-    """[(x, r, dy, ds)]: two _inputs draws per set."""
-    out = []
-    for k in range(n_sets):
-        x, dy = _inputs(rows, width, "contiguous", DTYPE, device, seed=seed + 2 * k)
-        r, ds = _inputs(rows, width, "contiguous", DTYPE, device, seed=seed + 2 * k + 1)
-        out.append((x, r, dy, ds))
-    return out
-
-
-def _checksum(tensors) -> list[float]:
-    return [float(t.float().sum()) for t in tensors]
-
-
-def time_pair(entry, name, fn, weight, sets, replays=25):
-    """forward (no_grad) and forward + backward (grads of x, r, w for dy and ds) of ``fn(x, r) -> (y, s)``."""
-    leaves = [(x.detach().clone().requires_grad_(), r.detach().clone().requires_grad_()) for x, r, _, _ in sets]
-    grads_before = _checksum(t for _, _, dy, ds in sets for t in (dy, ds))
-
-    def forward(k):
-        with torch.no_grad():
-            fn(sets[k][0], sets[k][1])
-
-    def forward_backward(k):
-        x, r = leaves[k]
-        y, s = fn(x, r)
-        torch.autograd.grad((y, s), (x, r, weight), (sets[k][2], sets[k][3]))
-
-    time_phases(entry, name, forward, forward_backward, len(sets), replays=replays)
-    assert _checksum(t for _, _, dy, ds in sets for t in (dy, ds)) == grads_before, f"{name} wrote into dy or ds"
-
-
 def run(args) -> dict:
-    quick, on_gpu, shapes, device, _ = common.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
-    copy_bytes = (64 if quick else 4096) * 2**20
-    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": [], "skipped": {}}
+    quick, on_gpu, shapes, device, _ = mode.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
+    results = {"copy": large_copy(quick, device), "shapes": [], "skipped": {}}
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for index, (rows, width) in enumerate(shapes):
             print(f"  H={width}", flush=True)
             nbytes = min_bytes(rows, width, **BYTES)
-            n_sets = 1 if quick else common.rotating_input_sets(nbytes["fwd_bwd"], device)
-            sets = _sets(rows, width, device, n_sets, seed=100 * index)
-            entry = {"label": f"H={width}", "rows": rows, "width": width, "input_sets": n_sets,
-                     "bytes_fwd": nbytes["fwd"], "bytes_fwd_bwd": nbytes["fwd_bwd"],
-                     "copy_same_bytes": common.copy_bandwidth(nbytes["fwd"], device),
-                     "fwd": {}, "fwd_bwd": {}, "errors": {}, "first_call_s": {}}
-            for name, (fn, weight) in _contenders(width, device, results["skipped"], on_gpu).items():
-                time_pair(entry, name, fn, weight, sets)
-            for phase in ("fwd", "fwd_bwd"):
-                for stats in entry[phase].values():
-                    stats["gbps"] = entry[f"bytes_{phase}"] / (stats["median_us"] * 1e3)
+            n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
+            sets = fused_add_inputs(rows, width, DTYPE, device, n_sets, seed=100 * index)
+            entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, nbytes["fwd"], device)
+            built = fused_add_contenders(CONTENDERS_BUILT, width, DTYPE, device, results["skipped"], EPS)
+            for name, (fn, weight) in built.items():
+                time_fused_add(entry, "triton" if name == "triton_fused_add" else name, fn, weight, sets)
+            add_gbps(entry)
             results["shapes"].append(entry)
             sets.clear()
             if on_gpu:
                 torch.cuda.empty_cache()
     config = {"dtype": "bfloat16", "eps": EPS, "shapes": [list(s) for s in shapes], "contenders": CONTENDERS,
               "rows": BENCH_TOKENS if not quick else QUICK_SHAPES[0][0], "bytes": BYTES,
-              "l2_bytes": common.l2_cache_bytes(device), "liger_in_place": False, "quack_prenorm": True,
+              "l2_bytes": mode.l2_cache_bytes(device), "liger_in_place": False, "quack_prenorm": True,
               "timer": "median GPU time per call from CUDA-graph replays cycling over input sets >= 4x L2"}
     return {"config": config, "results": results}
+
+
+CONTENDERS_BUILT = [name if name != "triton" else "triton_fused_add" for name in CONTENDERS]
 
 
 # ---------------------------------------------------------------- rendering
@@ -267,4 +183,4 @@ if __name__ == "__main__":
     for phase in ("fwd", "fwd_bwd"):
         print(_takeaway(payload, phase, vs_peers(payload, phase)))
     with contextlib.suppress(Exception):
-        print(common.save(NAME, payload))
+        print(record.save(NAME, payload))

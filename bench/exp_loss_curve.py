@@ -53,6 +53,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench import common, prose
+from bench.harness import mode
 from loss_consistency import VOCAB_SIZE, batch_starts, build_pair, loss_gate, stdlib_tokens, train_lockstep
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
 from qwen3_patch import count_modules, patch_qwen3_rmsnorm
@@ -171,7 +172,7 @@ def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict
 
 
 def run(args) -> dict:
-    _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, loss_config(True), loss_config(False))
+    _, _, cfg, device, _ = mode.gpu_or_quick(args, NAME, loss_config(True), loss_config(False))
     tokens = corpus(cfg).to(device)
     results = {}
     for variant in cfg["variants"]:

@@ -30,10 +30,12 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
 
 from bench import common, prose
+from bench.harness import mode, timers
+from bench.harness.shapes import BENCH_TOKENS
 from p1_compile_capture import capture_output_code, compile_rmsnorm, generated_kernels, graph_kind, kernel_body
 from p1_fx_trace import DecoderLayerCall
 from p1_profile_step import device_events, load_trace
-from qwen3_configs import BENCH_TOKENS, qwen3_config, tiny_qwen3_config
+from qwen3_configs import qwen3_config, tiny_qwen3_config
 
 NAME = "p1_compile"
 GPU_SETUP = {"size": "8B", "shapes": [[1, 512], [4, 4096]], "rmsnorm": {"hidden": 4096, "rows": BENCH_TOKENS}}
@@ -63,7 +65,7 @@ def _count_launches(fn, on_gpu):
 
 
 def run(args) -> dict:
-    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
+    quick, on_gpu, setup, device, dtype = mode.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     torch.manual_seed(0)
 
     # the RMSNorm code Inductor writes (Triton on a GPU)
@@ -125,8 +127,8 @@ def run(args) -> dict:
             def forward_backward():
                 fn(x, cos, sin).backward(dy)
 
-            result = {"fwd": common.eager_time_us(forward, **EAGER_TIMER),
-                      "fwd_bwd": common.eager_time_us(forward_backward, **EAGER_TIMER, grad_to_none=[x] + parameters)}
+            result = {"fwd": timers.eager_time_us(forward, **EAGER_TIMER),
+                      "fwd_bwd": timers.eager_time_us(forward_backward, **EAGER_TIMER, grad_to_none=[x] + parameters)}
             for tensor in [x] + parameters:
                 tensor.grad = None
             result["launches_fwd"] = _count_launches(forward, on_gpu)

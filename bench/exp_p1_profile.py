@@ -29,7 +29,8 @@ import pathlib
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-from bench import common, prose
+from bench import common, prose, store
+from bench.harness import mode, timers
 from p1_fx_trace import count_patterns, export_decoder_layer, export_model, op_kinds, qwen3_parts, try_symbolic_trace
 from p1_profile_step import (annotate_decoder_layers, annotation, category_table, kernel_table, launch_summary,
                              layer_timeline, load_trace, memory_bound_runs, profile_training_step, top_ops,
@@ -84,7 +85,7 @@ def static_analysis() -> dict:
 
 
 def run(args) -> dict:
-    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
+    quick, on_gpu, setup, device, dtype = mode.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
 
     print("  static reading", flush=True)
     static = static_analysis()
@@ -105,9 +106,9 @@ def run(args) -> dict:
         def step():
             model.zero_grad(set_to_none=True)
             training_step(model, input_ids)
-        return common.in_ms(common.eager_time_us(step, warmup_ms=100, rep_ms=1500))
+        return timers.in_ms(timers.eager_time_us(step, warmup_ms=100, rep_ms=1500))
 
-    out_dir = getattr(args, "out", None) or common.DATA_DIR / common.gpu_slug(
+    out_dir = getattr(args, "out", None) or store.DATA_DIR / store.gpu_slug(
         torch.cuda.get_device_name(0) if on_gpu else "cpu")
     trace_path = pathlib.Path(out_dir) / f"{NAME}_trace.json.gz"
     trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -341,9 +342,9 @@ IDLE_GAP_US = 10.0  # GPU gaps between the layer's kernels shaded on the timelin
 
 
 def trace_path(data) -> pathlib.Path:
-    """The Perfetto trace saved next to the JSON by run() (same folder rule as common.save)."""
+    """The Perfetto trace saved next to the JSON by run() (same folder rule as record.save)."""
     main = data["results"]["main"]
-    path = common.DATA_DIR / common.gpu_slug(data["environment"].get("gpu") or "cpu") / main["trace_file"]
+    path = store.DATA_DIR / store.gpu_slug(data["environment"].get("gpu") or "cpu") / main["trace_file"]
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: the timeline is drawn from the trace that run() saved with the JSON")
     if path.stat().st_size != main["trace_bytes"]:

@@ -29,6 +29,7 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm, apply_rotary_pos_emb
 
 from bench import common, prose
+from bench.harness import mode, timers
 from p1_roofline import fusable_points, ridge_point
 from qwen3_configs import qwen3_config, tiny_qwen3_config
 
@@ -40,12 +41,12 @@ POINT_ORDER = ["RMSNorm", "RoPE", "SwiGLU", "QKV merge", "Attention softmax"]
 
 def ceilings(setup, device, on_gpu):
     moved = 2 * setup["copy_mib"] * 2**20  # copy_mib read, as much written
-    copy = common.copy_bandwidth(moved, device, "eager") | {"bytes": moved}
+    copy = timers.copy_bandwidth(moved, device, "eager") | {"bytes": moved}
     m, n, k = setup["matmul"]
     dtype = torch.bfloat16 if on_gpu else torch.float32
     a = torch.randn(m, k, device=device, dtype=dtype)
     b = torch.randn(k, n, device=device, dtype=dtype)
-    matmul = common.eager_time_us(lambda: a @ b)
+    matmul = timers.eager_time_us(lambda: a @ b)
     matmul.update({"shape": [m, n, k], "dtype": str(dtype).replace("torch.", ""), "flops": 2 * m * n * k})
     matmul["tflops"] = matmul["flops"] / (matmul["median_us"] * 1e-6) / 1e12
     return {"copy": copy, "matmul": matmul}
@@ -142,7 +143,7 @@ def _contenders(config, setup, device, dtype, quick):
 
 
 def run(args) -> dict:
-    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
+    quick, on_gpu, setup, device, dtype = mode.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     config = tiny_qwen3_config() if setup["size"] == "tiny" else qwen3_config(setup["size"])
     torch.manual_seed(0)
 
@@ -161,7 +162,7 @@ def run(args) -> dict:
             point["measured"] = {}
             for variant, fn in fns.items():
                 print(f"  {name}: {variant}", flush=True)
-                stats = common.eager_time_us(fn)
+                stats = timers.eager_time_us(fn)
                 counted = point[variant]
                 seconds = stats["median_us"] * 1e-6
                 stats["tflops"] = counted["flops"] * point_tokens / seconds / 1e12

@@ -10,7 +10,7 @@ only: recorded under results["skipped"] with the reason when it cannot be import
 the naive one-row-per-program kernel (篇2 §四/§五) and this project's kernel.
 bf16 throughout.
 
-Bytes counted are the minimum (:func:`min_bytes`): forward reads x and w and writes y;
+Bytes counted are the minimum (``harness.op_timing.min_bytes``): forward reads x and w and writes y;
 backward reads x, dy and w and writes dx and dW; so forward+backward is
 5 * rows * H * 2 bytes plus 3 * H * 2 for the weight.
 """
@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 
 import torch
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from bench import common, prose
-from qwen3_configs import BENCH_BATCH, HEAD_DIM, HIDDEN_SIZES, Q_NORM_ROWS, QWEN3_SIZES, RMSNORM_SHAPES
-from rmsnorm_naive_autograd import naive_rms_norm
-from rmsnorm_triton import rms_norm, rms_norm_backward, rms_norm_forward
+from bench.harness import mode, record, timers
+from bench.harness.contenders import rmsnorm_contenders
+from bench.harness.op_timing import add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, time_contender
+from bench.harness.shapes import HIDDEN_SIZES, RMSNORM_SHAPES
+from qwen3_configs import HEAD_DIM
+from rmsnorm_triton import rms_norm_backward, rms_norm_forward
 
 NAME = "rmsnorm"
 
@@ -44,208 +45,32 @@ SHAPES = [  # (label, rows, width, dy layout)
 ]
 QUICK_SHAPES = [("H=256", 64, 256, "contiguous"), ("q 64x128", 64, 128, "heads_transposed")]
 CONTENDERS = ["hf", "torch_rms_norm", "compile_hf", "liger", "quack", "naive", "triton"]
-LABELS = {
-    "hf": "HF eager",
-    "torch_rms_norm": "F.rms_norm",
-    "compile_hf": "compile(HF)",
-    "liger": "Liger",
-    "quack": "quack",
-    "naive": "naive Triton",
-    "triton": "this kernel",
-}
+PHASES = ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager")
 DTYPE = torch.bfloat16
 EPS = 1e-6
 
 
-def min_bytes(rows: int, width: int, fwd_io: int = 2, bwd_io: int = 3, elem: int = 2) -> dict:
-    """The fewest bytes an RMSNorm-like op moves, {"fwd": ..., "fwd_bwd": ...}: ``fwd_io``
-    row-sized tensors in the forward (RMSNorm: x read, y written), ``bwd_io`` in the backward
-    (x and dy read, dx written), plus the weight: read by each direction, dW written once."""
-    tensor, weight = rows * width * elem, width * elem
-    return {"fwd": fwd_io * tensor + weight, "fwd_bwd": (fwd_io + bwd_io) * tensor + 3 * weight}
-
-
-def optional_contender(name: str, skipped: dict, build):
-    """``build()``, or None with the reason in ``skipped[name]`` when that contender cannot run
-    here (not installed, needs CUDA): a skipped contender is recorded, never a crash."""
-    try:
-        return build()
-    except Exception as error:
-        skipped.setdefault(name, repr(error)[:300])
-        return None
-
-
-def quack_rmsnorm():
-    """quack's autograd-aware ``rmsnorm(x, weight, residual=None, eps=..., prenorm=False)``.
-
-    CuTe-DSL kernels: CUDA only. quack's version is in the environment block (common.environment).
-    """
-    if not common.gpu_available():
-        raise RuntimeError("quack runs only on a CUDA GPU")
-    from quack.rmsnorm import rmsnorm
-
-    return rmsnorm
-
-
-def liger_rms_norm():
-    """Liger's functional LigerRMSNorm: fn(x, w, eps) with casting mode llama, in_place=False
-    (its default in_place=True writes dX into the dy buffer, which the timed graphs reuse)."""
-    if not common.gpu_available():
-        raise RuntimeError("Liger's kernels need CUDA (its Triton code does not run under the interpreter)")
-    from liger_kernel.transformers.functional import liger_rms_norm as fn
-
-    return lambda x, w, eps: fn(x, w, eps, casting_mode="llama", in_place=False)
-
-
-def _make_contenders(width, dtype, device, skipped=None):
-    """name -> (forward_fn(x) -> y, parameters) for one width; what cannot run goes in ``skipped``."""
-    skipped = {} if skipped is None else skipped
-    weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))
-    hf = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=dtype)
-    hf.weight = weight
-    contenders = {
-        "hf": (hf, weight),
-        "torch_rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS), weight),
-        "naive": (lambda x: naive_rms_norm(x, weight, EPS), weight),
-        "triton": (lambda x: rms_norm(x, weight, EPS), weight),
-    }
-    if device == "cuda":  # pragma: gpu only
-        torch._dynamo.reset()
-        contenders["compile_hf"] = (torch.compile(hf, dynamic=False), weight)
-    else:
-        skipped.setdefault("compile_hf", "timed on a CUDA GPU only")
-
-    def liger_module():
-        if device != "cuda":
-            raise RuntimeError("timed on a CUDA GPU only")
-        from liger_kernel.transformers import LigerRMSNorm
-
-        module = LigerRMSNorm(width, eps=EPS, casting_mode="llama", in_place=False).to(device=device, dtype=dtype)
-        module.weight = weight
-        return module
-
-    liger = optional_contender("liger", skipped, liger_module)
-    if liger is not None:
-        contenders["liger"] = (liger, weight)
-    def quack_on_device():
-        if device != "cuda":  # quack_rmsnorm checks the machine; this run may time the CPU
-            raise RuntimeError("timed on a CUDA GPU only")
-        return quack_rmsnorm()
-
-    quack = optional_contender("quack", skipped, quack_on_device)
-    if quack is not None:
-        contenders["quack"] = (lambda x: quack(x, weight, eps=EPS), weight)
-    return contenders
-
-
-def _inputs(rows, width, layout, dtype, device, seed):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(rows, width, device=device, dtype=torch.float32, generator=gen).to(dtype)
-    if layout == "heads_transposed":  # dy as q_norm receives it: (B, T, heads, D) view of (B, heads, T, D)
-        # the benchmark's B=4 sequences of Qwen3-8B's 32 query heads; a --quick run: 4 x 2 heads
-        heads = QWEN3_SIZES["8B"][3] if rows == Q_NORM_ROWS else 2
-        batch = BENCH_BATCH
-        seq = rows // (batch * heads)
-        dy = torch.randn(batch, heads, seq, width, device=device, generator=gen).to(dtype).transpose(1, 2)
-        x = x.view(batch, seq, heads, width)
-    else:
-        dy = torch.randn(rows, width, device=device, generator=gen).to(dtype)
-    return x, dy
-
-
-def copy_bandwidth(nbytes, device):
-    """The copy ceiling's candidates for ``nbytes`` moved: timed like the contenders (CUDA-graph
-    replay) and, as ``eager``, with do_bench on eager calls: inside a graph a multi-GiB copy runs
-    slower on the H200 than eagerly."""
-    return common.copy_bandwidth(nbytes, device) | {"eager": common.copy_bandwidth(nbytes, device, "eager")}
-
-
-def _sync():
-    if common.gpu_available():
-        torch.cuda.synchronize()
-
-
-def time_phases(entry, name, forward, forward_backward, n_sets, eager=False, replays=25):
-    """``forward(k)`` and ``forward_backward(k)`` over input sets 0..n_sets-1 into ``entry[phase][name]``:
-    first-call wall times (compiles included) in ``entry["first_call_s"][name]``, then GPU time of
-    CUDA-graph replays (fwd, fwd_bwd) and, with ``eager``, do_bench per eager call. An exception is
-    recorded in ``entry["errors"][name]`` and the run goes on."""
-    calls = range(n_sets)
-    phases = {"fwd": lambda: common.cuda_graph_time_us([lambda k=k: forward(k) for k in calls], replays=replays),
-              "fwd_bwd": lambda: common.cuda_graph_time_us([lambda k=k: forward_backward(k) for k in calls],
-                                                           replays=replays)}
-    if eager:
-        phases = {"fwd_eager": lambda: common.eager_time_us(lambda: forward(0)),
-                  "fwd_bwd_eager": lambda: common.eager_time_us(lambda: forward_backward(0)), **phases}
-    try:
-        first = {}
-        for phase, call in (("fwd", forward), ("fwd_bwd", forward_backward)):
-            began = time.perf_counter()
-            call(0)
-            _sync()
-            first[phase] = round(time.perf_counter() - began, 3)
-        entry.setdefault("first_call_s", {})[name] = first
-        for phase, timer in phases.items():
-            entry[phase][name] = timer()
-    except Exception as error:  # recorded, not hidden
-        entry["errors"][name] = repr(error)[:300]
-        print(f"    {name} failed: {error!r}"[:300], flush=True)
-        for phase in phases:
-            entry[phase].pop(name, None)
-
-
-def time_contender(entry, name, fn, weight, sets, eager=True, replays=25):
-    """Time ``fn(x) -> y`` over the input sets ``[(x, dy), ...]`` into ``entry[phase][name]``.
-
-    fwd: forward under no_grad; fwd_bwd: forward + backward from fresh leaves. GPU time of
-    CUDA-graph replays cycling over the sets, and with ``eager`` the do_bench time per eager
-    call (fwd_eager, fwd_bwd_eager). ``entry["first_call_s"][name]`` is the wall time of the
-    first forward and forward + backward calls: compiles included. An exception is recorded
-    in ``entry["errors"][name]`` (the tables show a dash) and the run goes on.
-    """
-    leaves = [x.detach().clone().requires_grad_() for x, _ in sets]
-
-    def forward(k):
-        with torch.no_grad():
-            fn(sets[k][0])
-
-    def forward_backward(k):
-        leaves[k].grad = None
-        weight.grad = None
-        fn(leaves[k]).backward(sets[k][1])
-
-    time_phases(entry, name, forward, forward_backward, len(sets), eager, replays)
-    for _, dy in sets:
-        assert bool(torch.isfinite(dy).all()), f"{name} modified grad_output"
-
-
 def run(args) -> dict:
-    quick, _, shapes, device, _ = common.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
-    dtype = DTYPE
-    copy_bytes = (64 if quick else 4096) * 2**20
-    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": [], "skipped": {}}
+    quick, _, shapes, device, _ = mode.gpu_or_quick(args, NAME, QUICK_SHAPES, SHAPES)
+    results = {"copy": large_copy(quick, device), "shapes": [], "skipped": {}}
     for index, (label, rows, width, layout) in enumerate(shapes):
         print(f"  {label}", flush=True)
         nbytes = min_bytes(rows, width)
-        n_sets = 1 if quick else common.rotating_input_sets(nbytes["fwd_bwd"], device)
-        sets = [_inputs(rows, width, layout, dtype, device, seed=100 * index + k) for k in range(n_sets)]
-        entry = {"label": label, "rows": rows, "width": width, "dy_layout": layout, "input_sets": n_sets,
-                 "bytes_fwd": nbytes["fwd"], "bytes_fwd_bwd": nbytes["fwd_bwd"],
-                 "copy_same_bytes": common.copy_bandwidth(2 * rows * width * 2, device),
-                 "fwd": {}, "fwd_bwd": {}, "fwd_eager": {}, "fwd_bwd_eager": {}, "errors": {}}
-        for name, (fn, weight) in _make_contenders(width, dtype, device, results["skipped"]).items():
+        n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
+        sets = [rmsnorm_inputs(rows, width, layout, DTYPE, device, seed=100 * index + k) for k in range(n_sets)]
+        entry = shape_entry(label, rows, width, nbytes, n_sets, 2 * rows * width * 2, device, PHASES,
+                            dy_layout=layout)
+        for name, (fn, weight) in rmsnorm_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
+                                                     EPS).items():
             time_contender(entry, name, fn, weight, sets)
-        for phase, nbytes in (("fwd", entry["bytes_fwd"]), ("fwd_bwd", entry["bytes_fwd_bwd"]),
-                              ("fwd_eager", entry["bytes_fwd"]), ("fwd_bwd_eager", entry["bytes_fwd_bwd"])):
-            for stats in entry[phase].values():
-                stats["gbps"] = nbytes / (stats["median_us"] * 1e3)
+        add_gbps(entry)
         results["shapes"].append(entry)
         del sets
         if device == "cuda":
             torch.cuda.empty_cache()
-    results["rstd"] = rstd_choice(device, dtype, quick)
+    results["rstd"] = rstd_choice(device, DTYPE, quick)
     config = {"dtype": "bfloat16", "eps": EPS, "shapes": [list(s) for s in shapes], "contenders": CONTENDERS,
-              "l2_bytes": common.l2_cache_bytes(device),
+              "l2_bytes": mode.l2_cache_bytes(device),
               "timer": ("fwd/fwd_bwd: median GPU time per call from CUDA-graph replays cycling over input sets "
                         ">= 4x L2; *_eager: triton.testing.do_bench median per eager call (host overhead "
                         "included), warmup=50 ms, rep=300 ms, L2 flushed between runs"),
@@ -258,12 +83,12 @@ def rstd_choice(device, dtype, quick):
     out = []
     widths = [(64, 128), (64, 256)] if quick else [RMSNORM_SHAPES[n] for n in ("q_norm", "H=1024", "H=4096")]
     for rows, width in widths:
-        sets = [_inputs(rows, width, "contiguous", dtype, device, seed=99 + k) for k in range(1 if quick else 3)]
+        sets = [rmsnorm_inputs(rows, width, "contiguous", dtype, device, seed=99 + k) for k in range(1 if quick else 3)]
         w = (torch.rand(width, device=device) + 0.5).to(dtype)
         rstds = [rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
-        saved = common.cuda_graph_time_us([lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, rstds[k])
+        saved = timers.cuda_graph_time_us([lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, rstds[k])
                                            for k in range(len(sets))])
-        recomputed = common.cuda_graph_time_us(
+        recomputed = timers.cuda_graph_time_us(
             [lambda k=k: rms_norm_backward(sets[k][1], sets[k][0], w, None, eps=EPS) for k in range(len(sets))])
         out.append({"rows": rows, "width": width, "saved_us": saved["median_us"],
                     "recomputed_us": recomputed["median_us"], "rstd_bytes": rows * 4,
@@ -594,4 +419,4 @@ if __name__ == "__main__":
     payload = run(parser.parse_args())
     print_summary(payload)
     with contextlib.suppress(Exception):
-        print(common.save(NAME, payload))
+        print(record.save(NAME, payload))

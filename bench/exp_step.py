@@ -70,7 +70,8 @@ import torch
 from torch.autograd import DeviceType
 from transformers import Qwen3ForCausalLM
 
-from bench import common, prose
+from bench import ROOT, common, prose
+from bench.harness import mode, timers
 from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -228,7 +229,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
     # Timed steps.
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    step_ms = common.call_times_ms([lambda b=b: step(b) for b in batches], cfg["timed_steps"], on_gpu)
+    step_ms = timers.call_times_ms([lambda b=b: step(b) for b in batches], cfg["timed_steps"], on_gpu)
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None
     median_ms = statistics.median(step_ms)
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
@@ -365,7 +366,7 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
 
 
 def run_child(tier: str, args, out: pathlib.Path) -> None:
-    _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, step_config(True), step_config(False))
+    _, _, cfg, device, _ = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False))
 
     def log(message):
         print(f"  [step:{tier}] {message}", flush=True)
@@ -396,7 +397,7 @@ def selected_tiers() -> list[str]:
 
 
 def run(args) -> dict:
-    cfg = common.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
+    cfg = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
     tiers = selected_tiers()
     budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all tiers; a device job gets 600 s
     began = time.perf_counter()
@@ -417,7 +418,7 @@ def run(args) -> dict:
             start = time.perf_counter()
             timeout = min(CHILD_TIMEOUT_S.get(tier, 150), left)
             try:
-                subprocess.run(command, cwd=common.ROOT, timeout=timeout, check=False)
+                subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
                 record = json.loads(out.read_text(encoding="utf-8"))
             except subprocess.TimeoutExpired:
                 record = {"tier": tier, "label": TIERS[tier], "status": "error",

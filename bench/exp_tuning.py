@@ -15,8 +15,9 @@ import re
 
 import torch
 
-from bench import common, prose
-from qwen3_configs import RMSNORM_SHAPES
+from bench import common, prose, store
+from bench.harness import mode, timers
+from bench.harness.shapes import RMSNORM_SHAPES
 from rmsnorm_autotune import rms_norm_forward_autotuned
 from rmsnorm_triton import (backward_config, candidate_configs, forward_config, rms_norm_backward,
                             rms_norm_forward)
@@ -30,7 +31,7 @@ EPS = 1e-6
 
 def _time(fn):
     """GPU time per call by CUDA-graph replay (bench.common; a CPU stand-in under --quick)."""
-    return common.cuda_graph_time_us([fn], min_calls=10, replays=10)["median_us"]
+    return timers.cuda_graph_time_us([fn], min_calls=10, replays=10)["median_us"]
 
 
 def _configs(width, direction, quick):
@@ -47,7 +48,7 @@ def _fields(config, names):
 
 
 def run(args) -> dict:
-    quick, _, widths, device, _ = common.gpu_or_quick(args, NAME, QUICK_WIDTHS, WIDTHS)
+    quick, _, widths, device, _ = mode.gpu_or_quick(args, NAME, QUICK_WIDTHS, WIDTHS)
     results = []
     for rows, width in widths:
         print(f"  width {width}", flush=True)
@@ -144,11 +145,11 @@ def _copy_ceiling_gbps(data) -> float:
     """The copy ceiling that the rmsnorm experiment measured on the same GPU (its JSON sits next to this one)."""
     from bench import exp_rmsnorm
 
-    gpu = common.gpu_slug(data["environment"].get("gpu") or "cpu")
-    if not common.data_path(exp_rmsnorm.NAME, gpu).is_file():
-        raise RuntimeError(f"{common.data_path(exp_rmsnorm.NAME, gpu)} is missing: tuning.svg shows % of the copy "
+    gpu = store.gpu_slug(data["environment"].get("gpu") or "cpu")
+    if not store.data_path(exp_rmsnorm.NAME, gpu).is_file():
+        raise RuntimeError(f"{store.data_path(exp_rmsnorm.NAME, gpu)} is missing: tuning.svg shows % of the copy "
                            "ceiling that the rmsnorm experiment measured")
-    return exp_rmsnorm.copy_ceiling(common.load(exp_rmsnorm.NAME, gpu)["results"])["gbps"]
+    return exp_rmsnorm.copy_ceiling(store.load(exp_rmsnorm.NAME, gpu)["results"])["gbps"]
 
 
 def _plot(data):

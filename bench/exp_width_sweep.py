@@ -10,8 +10,8 @@ as "compile"), Liger's functional rms_norm (casting mode llama, in_place=False) 
 A contender that cannot run here is in ``results["skipped"]`` with the reason; one that fails at a
 width has its error string in that width's ``errors`` and the sweep goes on.
 
-16384 rows, bf16, eps 1e-6. Timed as in exp_rmsnorm (``time_contender``: CUDA-graph replays over
-rotating input sets), bytes from ``exp_rmsnorm.min_bytes``, % of the run's 4 GiB copy
+16384 rows, bf16, eps 1e-6. Timed as in exp_rmsnorm (``harness.op_timing.time_contender``: CUDA-graph replays
+over rotating input sets), bytes from ``harness.op_timing.min_bytes``, % of the run's 4 GiB copy
 (``sweep_ceiling``). No eager timer: the budget (about 4 minutes on an H200) goes to the
 compiles, which each width records (``first_call_s``: the first calls' wall time per contender;
 ``compiles``: dynamo graphs and Triton kernels of ours built so far).
@@ -25,13 +25,15 @@ import os
 import time
 
 import torch
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_triton
 from bench import common, exp_rmsnorm, prose
-from bench.exp_rmsnorm import (ZH, _inputs, copy_bandwidth, fastest_peer, liger_rms_norm, min_bytes,
-                               optional_contender, quack_rmsnorm, time_contender)
-from qwen3_configs import BENCH_TOKENS, QWEN3_SIZES
+from bench.exp_rmsnorm import ZH, fastest_peer
+from bench.harness import mode, record
+from bench.harness.contenders import rmsnorm_contenders
+from bench.harness.op_timing import add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, time_contender
+from bench.harness.shapes import BENCH_TOKENS
+from qwen3_configs import QWEN3_SIZES
 
 NAME = "width_sweep"
 ROWS = BENCH_TOKENS  # 16384
@@ -83,26 +85,6 @@ def selected_widths(quick: bool = False) -> list[int]:
     return widths
 
 
-def _contenders(width, device, dtype, skipped, on_gpu):
-    """name -> (fn(x) -> y, weight) at one width; what cannot run here goes in ``skipped``."""
-    weight = torch.nn.Parameter((torch.rand(width, device=device) + 0.5).to(dtype))
-    hf = Qwen3RMSNorm(width, eps=EPS).to(device=device, dtype=dtype)
-    hf.weight = weight
-    torch._dynamo.reset()  # one static graph per width, never a recompile of an earlier one
-    # On the CPU (--quick) dynamo and AOTAutograd still run, without Inductor's code generation.
-    compiled = torch.compile(hf, dynamic=False, backend="inductor" if on_gpu else "aot_eager")
-    out = {"triton": (lambda x: rmsnorm_triton.rms_norm(x, weight, EPS), weight),
-           "torch_rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (width,), weight, EPS), weight),
-           "compile_hf": (compiled, weight)}
-    liger = optional_contender("liger", skipped, liger_rms_norm)
-    if liger is not None:
-        out["liger"] = (lambda x: liger(x, weight, EPS), weight)
-    quack = optional_contender("quack", skipped, quack_rmsnorm)
-    if quack is not None:
-        out["quack"] = (lambda x: quack(x, weight, eps=EPS), weight)
-    return out
-
-
 def _triton_kernels_built() -> int | None:
     """Compiled variants of ours' kernels so far (None under the interpreter, which compiles nothing)."""
     try:
@@ -114,28 +96,24 @@ def _triton_kernels_built() -> int | None:
 
 
 def run(args) -> dict:
-    quick, on_gpu, _, device, _ = common.gpu_or_quick(args, NAME, None, None)
+    quick, on_gpu, _, device, _ = mode.gpu_or_quick(args, NAME, None, None)
     widths = selected_widths(quick)
     rows = QUICK_ROWS if quick else ROWS
-    dtype = DTYPE
-    copy_bytes = (64 if quick else 4096) * 2**20
-    results = {"copy": {**copy_bandwidth(copy_bytes, device), "bytes": copy_bytes}, "shapes": [], "skipped": {}}
+    results = {"copy": large_copy(quick, device), "shapes": [], "skipped": {}}
     began = time.perf_counter()
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for index, width in enumerate(widths):
             start = time.perf_counter()
             nbytes = min_bytes(rows, width)
-            n_sets = 1 if quick else common.rotating_input_sets(nbytes["fwd_bwd"], device)
-            sets = [_inputs(rows, width, "contiguous", dtype, device, seed=100 * index + k) for k in range(n_sets)]
-            entry = {"label": f"H={width}", "rows": rows, "width": width, "model": MODEL_WIDTHS.get(width),
-                     "input_sets": n_sets, "bytes_fwd": nbytes["fwd"], "bytes_fwd_bwd": nbytes["fwd_bwd"],
-                     "copy_same_bytes": common.copy_bandwidth(2 * rows * width * 2, device),
-                     "fwd": {}, "fwd_bwd": {}, "errors": {}}
-            for name, (fn, weight) in _contenders(width, device, dtype, results["skipped"], on_gpu).items():
+            n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
+            sets = [rmsnorm_inputs(rows, width, "contiguous", DTYPE, device, seed=100 * index + k)
+                    for k in range(n_sets)]
+            entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, 2 * rows * width * 2, device,
+                                model=MODEL_WIDTHS.get(width))
+            for name, (fn, weight) in rmsnorm_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
+                                                         EPS).items():
                 time_contender(entry, name, fn, weight, sets, eager=False, replays=REPLAYS)
-            for phase in ("fwd", "fwd_bwd"):
-                for stats in entry[phase].values():
-                    stats["gbps"] = entry[f"bytes_{phase}"] / (stats["median_us"] * 1e3)
+            add_gbps(entry)
             entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
                                  "triton_kernels_ours": _triton_kernels_built()}
             entry["wall_s"] = round(time.perf_counter() - start, 2)
@@ -147,7 +125,7 @@ def run(args) -> dict:
                 torch.cuda.empty_cache()
     config = {"dtype": "bfloat16", "eps": EPS, "rows": rows, "widths": widths, "contenders": CONTENDERS,
               "models": {str(w): m for w, m in MODEL_WIDTHS.items() if w in widths},
-              "l2_bytes": common.l2_cache_bytes(device), "liger_in_place": False,
+              "l2_bytes": mode.l2_cache_bytes(device), "liger_in_place": False,
               "compile": "torch.compile(Qwen3RMSNorm, dynamic=False), dynamo reset per width",
               "timer": f"median GPU time per call from {REPLAYS} CUDA-graph replays cycling over input sets >= 4x L2"}
     return {"config": config, "results": results}
@@ -345,4 +323,4 @@ if __name__ == "__main__":
     payload = run(parser.parse_args())
     print(takeaway(payload))
     with contextlib.suppress(Exception):
-        print(common.save(NAME, payload))
+        print(record.save(NAME, payload))

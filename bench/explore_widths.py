@@ -6,30 +6,32 @@ For each width (16384 rows, bf16) it times every ``candidate_configs`` entry of 
 production kernel, forward and backward separately, by CUDA-graph replay over rotating
 inputs, and next to them F.rms_norm, Liger and (where importable) quack. All Triton
 configs are compiled first by worker processes, so the timing loop only loads them.
-Writes ``explore_widths.json`` into DIR.
+Writes ``explore-widths-<commit>.json`` into DIR after every width (``record.save``, as every
+experiment's record is saved), the name it is committed under in docs/data/<gpu>/.
 """
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import multiprocessing
 import pathlib
 import time
 
 import torch
 
-from bench import common
-from bench.exp_rmsnorm import liger_rms_norm, optional_contender, quack_rmsnorm, time_contender
+from bench.harness import mode, record, timers
+from bench.harness.contenders import liger_rms_norm, optional_contender, quack_rmsnorm
+from bench.harness.op_timing import time_contender
 from rmsnorm_fused_add import fused_add_rms_norm_backward, fused_add_rms_norm_forward
 from rmsnorm_triton import candidate_configs, rms_norm_backward, rms_norm_forward
 
 ROWS = 16384
-DEVICE = "cuda" if common.gpu_available() else "cpu"  # cpu: a smoke test under the interpreter
+DEVICE = "cuda" if mode.gpu_available() else "cpu"  # cpu: a smoke test under the interpreter
 EPS = 1e-6
 WIDTHS = [256, 300, 384, 512, 576, 640, 768, 896, 1000, 1024, 1152, 1280, 1536, 1600, 2000,
           2048, 2304, 2560, 2880, 3000, 3072, 3584, 4096, 4608, 5000, 5120, 5376, 6144, 7168,
           8192, 9216, 10000, 10240, 12288, 13824, 14336, 16384, 20480, 24576, 32768, 65536]
+STEM = "explore-widths-{commit}"  # record.save puts the run's commit in the file name
 QUACK_WIDTHS = [576, 1000, 1536, 2304, 3000, 3072, 3584, 5000, 6144, 7168, 8192, 12288, 16384]
 
 
@@ -82,7 +84,7 @@ def precompile(widths, fused_widths=(), workers=10):
 
 
 def _time(fns):
-    return common.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
+    return timers.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
 
 
 def _peers(width, sets, w, with_quack):
@@ -103,7 +105,7 @@ def _peers(width, sets, w, with_quack):
 
 def explore(width, with_quack):
     nbytes = 2 * ROWS * width * 2
-    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
+    sets, w = _tensors(width, mode.rotating_input_sets(nbytes, DEVICE))
     rstds = [rms_norm_forward(x, w, EPS)[1] for x, _ in sets]
     entry = {"width": width, "rows": ROWS, "input_sets": len(sets), "fwd": [], "bwd": []}
     for direction, name in (("fwd", "forward"), ("bwd", "backward")):
@@ -131,7 +133,7 @@ def explore(width, with_quack):
 def explore_fused(width):
     """The fused add + norm kernels over the plain kernel's (register) candidates."""
     nbytes = 4 * ROWS * width * 2
-    sets, w = _tensors(width, common.rotating_input_sets(nbytes, DEVICE))
+    sets, w = _tensors(width, mode.rotating_input_sets(nbytes, DEVICE))
     residuals = [torch.randn_like(x) for x, _ in sets]
     saved = [fused_add_rms_norm_forward(x, r, w, EPS) for (x, _), r in zip(sets, residuals)]
     entry = {"width": width, "rows": ROWS, "fwd": [], "bwd": []}
@@ -172,7 +174,7 @@ def main():
     fused_widths = [int(v) for v in args.fused_widths.split(",") if v]
     if DEVICE == "cuda":
         precompile(widths, fused_widths)
-    copy = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE, "eager")
+    copy = timers.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE, "eager")
     results, fused = [], []
     for width in fused_widths:
         entry = explore_fused(width)
@@ -192,10 +194,9 @@ def main():
               f"best {best_f:.1f}/{best_b:.1f} peers {peers} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         results.append(entry)
-        payload = {"experiment": "explore_widths", "environment": common.environment(),
-                   "config": {"quick": DEVICE != "cuda", "rows": ROWS, "dtype": "bfloat16", "eps": EPS},
+        payload = {"config": {"quick": DEVICE != "cuda", "rows": ROWS, "dtype": "bfloat16", "eps": EPS},
                    "copy": copy, "results": results, "fused": fused}
-        (args.out / "explore_widths.json").write_text(json.dumps(payload, indent=1))
+        record.save("explore_widths", payload, args.out, stem=STEM)
 
 
 if __name__ == "__main__":

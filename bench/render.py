@@ -15,11 +15,11 @@ import importlib
 import pathlib
 import sys
 
-from bench import common
+from bench import ROOT, common, store
 
 
 def experiment_modules():
-    for path in sorted((common.ROOT / "bench").glob("exp_*.py")):
+    for path in sorted((ROOT / "bench").glob("exp_*.py")):
         yield importlib.import_module(f"bench.{path.stem}")
 
 
@@ -28,22 +28,22 @@ class MissingData(FileNotFoundError):
 
 
 def summary_modules():
-    for path in sorted((common.ROOT / "bench").glob("summary_*.py")):
+    for path in sorted((ROOT / "bench").glob("summary_*.py")):
         module = importlib.import_module(f"bench.{path.stem}")
         if hasattr(module, "render_summary"):
             yield module
 
 
-def loader(gpu: str = common.DEFAULT_GPU):
+def loader(gpu: str = store.DEFAULT_GPU):
     """load(name) -> data of docs/data/<gpu>/<name>.json, raising MissingData when it is absent."""
     def load(name: str) -> dict:
-        if not common.data_path(name, gpu).exists():
-            raise MissingData(common.data_path(name, gpu))
-        return common.load(name, gpu)
+        if not store.data_path(name, gpu).exists():
+            raise MissingData(store.data_path(name, gpu))
+        return store.load(name, gpu)
     return load
 
 
-def render_all(gpu: str = common.DEFAULT_GPU) -> dict[pathlib.Path, str]:
+def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
     """Map of output path -> expected content, for every experiment and summary with data."""
     artifacts: dict[pathlib.Path, str] = {}
 
@@ -55,8 +55,8 @@ def render_all(gpu: str = common.DEFAULT_GPU) -> dict[pathlib.Path, str]:
             artifacts[path] = text
 
     for module in experiment_modules():
-        if common.data_path(module.NAME, gpu).exists():
-            add(module.render(common.load(module.NAME, gpu)), module.__name__)
+        if store.data_path(module.NAME, gpu).exists():
+            add(module.render(store.load(module.NAME, gpu)), module.__name__)
     load = loader(gpu)
     for module in summary_modules():
         try:
@@ -70,7 +70,7 @@ def render_all(gpu: str = common.DEFAULT_GPU) -> dict[pathlib.Path, str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    parser.add_argument("--gpu", default=common.DEFAULT_GPU)
+    parser.add_argument("--gpu", default=store.DEFAULT_GPU)
     args = parser.parse_args(argv)
     artifacts = render_all(args.gpu)
     stale = []
@@ -81,11 +81,11 @@ def main(argv=None) -> int:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(common.ROOT)}")
+            print(f"wrote {path.relative_to(ROOT)}")
     if stale:
         print("stale or hand-edited artifacts (run `python -m bench.render`):", file=sys.stderr)
         for path in stale:
-            print(f"  {path.relative_to(common.ROOT)}", file=sys.stderr)
+            print(f"  {path.relative_to(ROOT)}", file=sys.stderr)
         return 1
     return 0
 

@@ -14,10 +14,11 @@ import pathlib
 import time
 import traceback
 
-from bench import common
+from bench import ROOT
+from bench.harness import record
 from bench.render import experiment_modules
 
-QUICK_OUT = common.ROOT / "artifacts" / "quick"
+QUICK_OUT = ROOT / "artifacts" / "quick"
 
 
 def main(argv=None) -> int:
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
             print(f"[{index}/{len(modules)}] {module.NAME} FAILED", flush=True)
             continue
         payload["config"]["quick"] = bool(args.quick)
-        path = common.save(module.NAME, payload, args.out)
+        path = record.save(module.NAME, payload, args.out)
         print(f"[{index}/{len(modules)}] {module.NAME} done in {time.perf_counter() - start:.0f} s -> {path}", flush=True)
     return 1 if failures else 0
 

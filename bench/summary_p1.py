@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from bench import common, prose
+from bench import common, prose, store
 from bench.exp_p1_roofline import ridge_flop_per_byte
 from qwen3_configs import NORMS_PER_LAYER
 
@@ -97,7 +97,7 @@ def keypoints(profile: dict, roofline: dict, compiled: dict) -> str:
 def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
     records = {"p1_profile.json": profile, profile["results"]["main"]["trace_file"]: profile,
                "p1_roofline.json": roofline, "p1_compile.json": compiled}
-    folder = f"docs/data/{common.gpu_slug(profile['environment'].get('gpu') or 'cpu')}/"
+    folder = f"docs/data/{store.gpu_slug(profile['environment'].get('gpu') or 'cpu')}/"
     return common.provenance_table(records) + prose.caption(
         f"数据文件都在 `{folder}` 下；提交是测量时的 commit；从数据重新生成表格与图：`python -m bench.render`")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from bench import common, prose
+from bench import common, prose, store
 from bench.exp_fsdp2 import ARM_ZH
 from bench.exp_loss_curve import variant_zh
 from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
@@ -86,7 +86,7 @@ def log_description(name: str) -> str | None:
 
 def p2_logs(gpu: str) -> list[tuple[str, str]]:
     """(file, description) of every 篇2 log committed under docs/data/<gpu>/."""
-    folder = common.DATA_DIR / gpu
+    folder = store.DATA_DIR / gpu
     names = sorted(p.name for p in folder.glob("*.log") if any(re.fullmatch(x, p.name) for x in LOG_PATTERNS))
     missing = [n for n in names if log_description(n) is None]
     if missing:
@@ -251,7 +251,7 @@ def render_summary(load) -> dict[str, str]:
         except FileNotFoundError:  # not measured yet
             pass
     envs = [d["environment"] for d in data.values()]
-    gpu = common.gpu_slug(rms["environment"].get("gpu") or "cpu")
+    gpu = store.gpu_slug(rms["environment"].get("gpu") or "cpu")
     logs = common.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
     out = {
         "p2_env.md": common.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)

@@ -21,6 +21,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench import common, exp_fsdp2
+from bench.harness import record
 from bench.exp_loss_curve import corpus, gate_with_control, model_config
 from loss_consistency import batch_starts, train_lockstep
 
@@ -83,7 +84,7 @@ def quick():
     if not CAN_SPAWN:
         pytest.skip("this platform cannot start processes")
     data = exp_fsdp2.run(argparse.Namespace(quick=True))
-    data["environment"] = common.environment()  # what common.save adds
+    data["environment"] = record.environment()  # what record.save adds
     return data
 
 

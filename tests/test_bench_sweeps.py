@@ -16,7 +16,10 @@ import re
 import pytest
 
 import rmsnorm_triton
-from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep, prose, summary_p2
+from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep, prose, store, summary_p2
+from bench.harness import mode, record
+from bench.harness.contenders import rmsnorm_contenders
+from bench.harness.op_timing import fused_add_inputs, min_bytes, time_fused_add
 from bench.render import render_all
 from test_generated import UNIT_LABEL
 from test_summary_p2 import tables
@@ -27,7 +30,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 def _quick(module, tmp_path):
     payload = module.run(argparse.Namespace(quick=True))
     payload["config"]["quick"] = True
-    return json.loads(common.save(module.NAME, payload, tmp_path).read_text(encoding="utf-8"))
+    return json.loads(record.save(module.NAME, payload, tmp_path).read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def _check_artifacts(rendered):
 
 def _unavailable_peers():
     """The optional peers this machine cannot time: both on a CPU, the uninstalled ones on a GPU."""
-    if not common.gpu_available():
+    if not mode.gpu_available():
         return {"liger", "quack"}
     return {name for name, module in (("liger", "liger_kernel"), ("quack", "quack"))
             if importlib.util.find_spec(module) is None}
@@ -68,13 +71,13 @@ def test_width_sweep_quick_run_records_errors_and_skips(sweep):
     assert [s["width"] for s in shapes] == exp_width_sweep.QUICK_WIDTHS
     skipped = sweep["results"]["skipped"]
     assert set(skipped) == _unavailable_peers()  # reasons, not a crash
-    why = "No module" if common.gpu_available() else "CUDA"
+    why = "No module" if mode.gpu_available() else "CUDA"
     assert all(why in reason for reason in skipped.values())
     assert shapes[-1]["width"] > rmsnorm_triton.MAX_COLS  # the chunked path
     for s in shapes:
         assert "triton" not in s["errors"] and "triton" in s["fwd"] and "triton" in s["fwd_bwd"]
         assert {"torch_rms_norm", "compile_hf"} <= set(s["fwd"]) & set(s["fwd_bwd"])
-        assert s["bytes_fwd_bwd"] == exp_rmsnorm.min_bytes(s["rows"], s["width"])["fwd_bwd"]
+        assert s["bytes_fwd_bwd"] == min_bytes(s["rows"], s["width"])["fwd_bwd"]
     # one static graph per width and grad mode: no recompile of an earlier width's graph
     # (dynamo's counter is per process: count from where this run started)
     graphs = [s["compiles"]["dynamo_graphs"] for s in shapes]
@@ -118,13 +121,13 @@ def test_sweep_facts_follow_the_data(sweep):
     widths = [256, 1000, 2048, 3000]
     sweep = copy.deepcopy(sweep)
     sweep["results"]["shapes"] = [dict(sweep["results"]["shapes"][0], width=w, label=f"H={w}",
-                                       bytes_fwd=exp_rmsnorm.min_bytes(16, w)["fwd"]) for w in widths]
+                                       bytes_fwd=min_bytes(16, w)["fwd"]) for w in widths]
     ceiling = exp_width_sweep.sweep_ceiling(sweep["results"])["gbps"]
     at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.95}  # ours' share of the ceiling
     peer = {256: 0.5 * 1.01, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.95}  # the peer's share
 
     def us(share, w):
-        return exp_rmsnorm.min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
+        return min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
 
     data, _ = _with_times(sweep, lambda w: us(at_share[w], w), lambda w: us(peer[w], w))
     facts = exp_width_sweep.sweep_facts(data)["fwd"]
@@ -164,7 +167,7 @@ def test_fused_add_leaves_the_gradients_alone(fused):
     """The backward gets dy and ds; a contender writing dX into either (Liger's in_place=True) fails the run."""
     import torch
 
-    sets = exp_fused_add._sets(4, 64, "cpu", 1, seed=0)
+    sets = fused_add_inputs(4, 64, exp_fused_add.DTYPE, "cpu", 1, seed=0)
     weight = torch.nn.Parameter(torch.ones(64, dtype=exp_fused_add.DTYPE))
 
     def in_place(x, r):
@@ -185,16 +188,16 @@ def test_fused_add_leaves_the_gradients_alone(fused):
 
     entry = {"fwd": {}, "fwd_bwd": {}, "errors": {}, "first_call_s": {}}
     with pytest.raises(AssertionError, match="wrote into dy or ds"):
-        exp_fused_add.time_pair(entry, "clobber", in_place, weight, sets)
+        time_fused_add(entry, "clobber", in_place, weight, sets)
 
 
 def test_rmsnorm_quack_is_skipped_on_cpu_and_committed_data_renders():
     skipped = {}
-    contenders = exp_rmsnorm._make_contenders(64, exp_rmsnorm.DTYPE, "cpu", skipped)
+    contenders = rmsnorm_contenders(exp_rmsnorm.CONTENDERS, 64, exp_rmsnorm.DTYPE, "cpu", skipped, exp_rmsnorm.EPS)
     assert "quack" not in contenders and "quack" in skipped and "CUDA" in skipped["quack"]
-    if not common.data_path("rmsnorm").exists():
+    if not store.data_path("rmsnorm").exists():
         pytest.skip("rmsnorm data not committed")
-    rms = common.load("rmsnorm")
+    rms = store.load("rmsnorm")
     assert any("quack" in s["fwd"] for s in rms["results"]["shapes"])  # measured on the H200
     rendered = exp_rmsnorm.render(rms)
     # with a quack column the contender tables drop HF eager to stay at 6 columns and say so
@@ -213,7 +216,7 @@ def test_rmsnorm_quack_is_skipped_on_cpu_and_committed_data_renders():
 
 def test_renders_skip_missing_data(monkeypatch, tmp_path):
     """No width_sweep.json or fused_add.json for a GPU: bench.render renders the rest and nothing of theirs."""
-    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(store, "DATA_DIR", tmp_path)
     assert render_all("h200") == {}
 
 

@@ -22,10 +22,11 @@ import re
 
 import pytest
 
+import bench
 from bench import common
 from bench.render import render_all
 
-ROOT = common.ROOT
+ROOT = bench.ROOT
 DOCS = ROOT / "docs"
 GENERATED = common.GENERATED_DIR
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"

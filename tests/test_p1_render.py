@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from bench import common, exp_p1_compile, exp_p1_profile, exp_p1_roofline, summary_p1
+from bench import common, exp_p1_compile, exp_p1_profile, exp_p1_roofline, store, summary_p1
 from bench.render import MissingData, loader
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -34,12 +34,12 @@ def data_dir_with_the_small_trace(tmp_path, monkeypatch):
     """A data folder holding the committed data plus the hand-made trace the fixtures point to."""
     for gpu in ("cpu", "h200"):
         folder = tmp_path / gpu
-        source = common.DATA_DIR / gpu
+        source = store.DATA_DIR / gpu
         if source.is_dir():
             shutil.copytree(source, folder)
         folder.mkdir(exist_ok=True)
         (folder / SMALL_TRACE.name).write_bytes(SMALL_TRACE.read_bytes())
-    monkeypatch.setattr(common, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(store, "DATA_DIR", tmp_path)
     return tmp_path
 
 
@@ -214,7 +214,7 @@ def test_keypoints_are_computed_from_the_data(committed):
     assert f"拆成 {len(norm)} 个 kernel" in text
 
     # GEMM share and the small kernels, from the Perfetto trace instead of the JSON
-    kernels = device_events(load_trace(common.data_path("p1_profile").with_name(
+    kernels = device_events(load_trace(store.data_path("p1_profile").with_name(
         committed["p1_profile"]["results"]["main"]["trace_file"])))
     time_by = {}
     for k in kernels:

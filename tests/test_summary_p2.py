@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from bench import common, exp_loss_curve, exp_rmsnorm, exp_step, exp_tuning, prose, summary_p2
+from bench import common, exp_loss_curve, exp_rmsnorm, exp_step, exp_tuning, prose, store, summary_p2
 
 P2_EXPERIMENTS = (exp_rmsnorm, exp_tuning, exp_step, exp_loss_curve)
 ARTICLE = ("rmsnorm_fwd.md", "rmsnorm_fwdbwd.md", "rmsnorm_naive.md", "step_time.md", "step_rmsnorm_share.md",
@@ -23,7 +23,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _have_data() -> bool:
-    return all(common.data_path(n).exists() for n in summary_p2.DATA)
+    return all(store.data_path(n).exists() for n in summary_p2.DATA)
 
 
 pytestmark = pytest.mark.skipif(not _have_data(), reason="篇2 data not committed")
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not _have_data(), reason="篇2 data not committe
 
 @pytest.fixture(scope="module")
 def data():
-    return {n: common.load(n) for n in summary_p2.DATA}
+    return {n: store.load(n) for n in summary_p2.DATA}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def artifacts(data):
     out = {}
     for module in P2_EXPERIMENTS:
         out.update(module.render(data[module.NAME]))
-    out.update(summary_p2.render_summary(common.load))
+    out.update(summary_p2.render_summary(store.load))
     return {name: text for name, text in out.items() if name.endswith(".md")}
 
 
@@ -148,9 +148,9 @@ def test_takeaway_turns_when_ours_gets_slower(data):
 
 
 def test_every_p2_log_is_described():
-    gpu = common.DEFAULT_GPU
+    gpu = store.DEFAULT_GPU
     logs = dict(summary_p2.p2_logs(gpu))
-    on_disk = {p.name for p in (common.DATA_DIR / gpu).glob("*.log")}
+    on_disk = {p.name for p in (store.DATA_DIR / gpu).glob("*.log")}
     assert set(summary_p2.LOGS) <= on_disk, "LOGS describes a file that is gone"
     by_kind = {n for n in on_disk if any(re.fullmatch(k, n) for k in summary_p2.LOG_KINDS)}
     assert set(logs) == set(summary_p2.LOGS) | by_kind
