@@ -10,15 +10,21 @@ Each experiment is sized to finish well inside 10 minutes on an H200.
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
 import time
 import traceback
 
 from bench import ROOT
 from bench.harness import record
-from bench.render import experiment_modules
 
 QUICK_OUT = ROOT / "artifacts" / "quick"
+
+
+def experiment_modules():
+    """Every ``bench/exp_<name>.py``, in name order."""
+    for path in sorted((ROOT / "bench").glob("exp_*.py")):
+        yield importlib.import_module(f"bench.{path.stem}")
 
 
 def main(argv=None) -> int:

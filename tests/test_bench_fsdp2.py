@@ -20,9 +20,11 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
-from bench import common, exp_fsdp2
+from bench import exp_fsdp2
 from bench.harness import record
-from bench.exp_loss_curve import corpus, gate_with_control, model_config
+from bench.harness.loss_gate import corpus, gate_with_control, model_config
+from bench.report import fsdp2 as report_fsdp2
+from bench.report import plots
 from loss_consistency import batch_starts, train_lockstep
 
 # The fused patch adds x and residual of one dtype; under autocast the residual stream is fp32 and a
@@ -133,8 +135,8 @@ def test_fsdp_trains_the_global_batch(quick):
 
 
 def test_render_from_the_quick_run(quick):
-    rendered = exp_fsdp2.render(quick)
-    assert rendered == exp_fsdp2.render(json.loads(json.dumps(quick))), "deterministic"
+    rendered = report_fsdp2.render(quick)
+    assert rendered == report_fsdp2.render(json.loads(json.dumps(quick))), "deterministic"
     assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md"}
     sentence = rendered["fsdp2_sentence.md"]
     assert sentence.count("。") == 1 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
@@ -147,8 +149,8 @@ def test_render_from_the_quick_run(quick):
     cells = header.strip("|").split("|")
     assert len(cells) <= 6 and all(re.search(r"[\u4e00-\u9fff]", c) for c in cells), header
     assert rest.count("\n| ") == 1 + len(quick["config"]["variants"]) * len(exp_fsdp2.ARMS)
-    assert any("相对差" in t for t in common.svg_texts(rendered["fsdp2.svg"]))
-    facts = exp_fsdp2.article_facts(quick)
+    assert any("相对差" in t for t in plots.svg_texts(rendered["fsdp2.svg"]))
+    facts = report_fsdp2.article_facts(quick)
     assert facts["passed"] == quick["results"]["passed"]
     assert facts["steps"] == quick["config"]["steps"] and facts["gpus"] == 2
     assert facts["worst_final_rel_diff"] == max(quick["results"][v][a]["gate"]["final_rel_diff"]
@@ -164,11 +166,11 @@ def test_render_says_fail_error_and_unavailable(quick):
     data["results"]["amp"]["fused"] = {"status": "error", "reason": "ValueError: boom"}
     data["results"]["bf16"]["fused"] = {"status": "unavailable", "reason": "x"}
     data["results"]["unavailable"] = ["fused"]
-    text = exp_fsdp2.render(data)["fsdp2.md"]
+    text = report_fsdp2.render(data)["fsdp2.md"]
     first = text.split("\n\n", 1)[0]
     assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的生产版 RMSNorm；" in first
     assert "未通过的：bf16 权重下的生产版 RMSNorm" in first and "2.000%" in first
     assert "出错：fp32 权重 + bf16 autocast 下的融合残差加 + RMSNorm" in first and "不可用" in first
     assert "| bf16 权重：生产版 RMSNorm |" in text and "| 未通过 |" in text and "| 出错 |" in text
     assert "ValueError: boom" in text.split("\n\n")[-1], "the caption gives the error"
-    assert "fsdp2.svg" in exp_fsdp2.render(data)
+    assert "fsdp2.svg" in report_fsdp2.render(data)

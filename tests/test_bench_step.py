@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
-from bench import exp_step, prose
+from bench import exp_step
+from bench.report import prose
+from bench.report import step as report_step
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -100,7 +102,7 @@ def _set_fused(data, ratio, spread):
     """The fused-add tier at ``ratio`` × the triton tier's step, each with a min–max range of ±spread."""
     results = data["results"]
     ours = results["triton"]["median_ms"]
-    for tier, step in (("triton", ours), (exp_step.FUSED_ADD, ours * ratio)):
+    for tier, step in (("triton", ours), (report_step.FUSED_ADD, ours * ratio)):
         results[tier].update(median_ms=step, min_ms=step * (1 - spread), max_ms=step * (1 + spread))
     return data
 
@@ -113,18 +115,18 @@ def _set_fused(data, ratio, spread):
 ])
 def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
     data = _set_fused(_step_fixture(), ratio, spread)
-    rows = exp_step._summary(data)
-    text = exp_step.render(data)["step_fused_add.md"]
+    rows = report_step.tier_rows(data)
+    text = report_step.render(data)["step_fused_add.md"]
     takeaway = text.split("\n\n")[0]
     assert words in takeaway and takeaway.endswith("。") and not takeaway.startswith("|")
     assert absent is None or absent not in takeaway
-    assert words in exp_step._step_takeaway(data, rows)  # the step table's sentence says the same
+    assert words in report_step._step_takeaway(data, rows)  # the step table's sentence says the same
     header = next(line for line in text.splitlines() if line.startswith("|"))
     cells = [c.strip() for c in header.strip("|").split("|")]
     assert len(cells) <= 6 and cells[0] == "档位" and "相对生产版" in cells
     body = [line for line in text.splitlines() if line.startswith("| ") and "档位" not in line and ":--" not in line]
     assert [line.split("|")[1].strip() for line in body] == [
-        exp_step.tier_zh(t) for t in (exp_step.BASELINE, "triton", exp_step.FUSED_ADD)]
+        report_step.tier_zh(t) for t in (exp_step.BASELINE, "triton", report_step.FUSED_ADD)]
     fused_row = body[-1].split("|")
     assert fused_row[5].strip() == prose.times(1 / ratio)
 
@@ -134,18 +136,18 @@ def test_fused_add_share_clause_follows_the_data():
     profile = data["results"]["triton"]["profile"]
     step = data["results"]["triton"]["median_ms"]
     profile["rmsnorm_ms"] = 0.02 * step  # RMSNorm 2 % of the step: not much left to save
-    small = exp_step.fused_add_takeaway(data, exp_step._summary(data))
+    small = report_step.fused_add_takeaway(data, report_step.tier_rows(data))
     assert "生产版的一步里 RMSNorm 占 2.0%" in small and "step 层面能省的本来就不多" in small
     profile["rmsnorm_ms"] = 0.2 * step
-    large = exp_step.fused_add_takeaway(data, exp_step._summary(data))
+    large = report_step.fused_add_takeaway(data, report_step.tier_rows(data))
     assert "占 20.0%" in large and "本来就不多" not in large
 
 
 def test_fused_add_without_the_tier_says_so():
     data = _step_fixture()
-    data["results"][exp_step.FUSED_ADD] = {"tier": exp_step.FUSED_ADD, "status": "skipped", "reason": "budget"}
-    text = exp_step.render(data)["step_fused_add.md"]
+    data["results"][report_step.FUSED_ADD] = {"tier": report_step.FUSED_ADD, "status": "skipped", "reason": "budget"}
+    text = report_step.render(data)["step_fused_add.md"]
     assert "没有跑成" in text.split("\n\n")[0]
-    assert exp_step.tier_zh(exp_step.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
-    del data["results"][exp_step.FUSED_ADD]  # a run from before the tier existed
-    assert exp_step.fused_add_takeaway(data, exp_step._summary(data)).endswith("生产版 + 融合残差加法这一档还没有测。")
+    assert report_step.tier_zh(report_step.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
+    del data["results"][report_step.FUSED_ADD]  # a run from before the tier existed
+    assert report_step.fused_add_takeaway(data, report_step.tier_rows(data)).endswith("生产版 + 融合残差加法这一档还没有测。")

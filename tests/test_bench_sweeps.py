@@ -16,11 +16,15 @@ import re
 import pytest
 
 import rmsnorm_triton
-from bench import common, exp_fused_add, exp_rmsnorm, exp_width_sweep, prose, store, summary_p2
+from bench import exp_fused_add, exp_rmsnorm, exp_width_sweep, store
 from bench.harness import mode, record
 from bench.harness.contenders import rmsnorm_contenders
 from bench.harness.op_timing import fused_add_inputs, min_bytes, time_fused_add
-from bench.render import render_all
+from bench.report import fused_add as report_fused_add
+from bench.report import plots, prose, summary_p2
+from bench.report import rmsnorm as report_rmsnorm
+from bench.report import width_sweep as report_width_sweep
+from bench.report.render import render_all
 from test_generated import UNIT_LABEL
 from test_summary_p2 import tables
 
@@ -49,7 +53,7 @@ def _check_artifacts(rendered):
             for header in tables(text):
                 assert len(header) <= 6 and CJK.search(" ".join(header)), (name, header)
         else:
-            assert text.startswith("<?xml") and any(UNIT_LABEL.search(t) for t in common.svg_texts(text)), name
+            assert text.startswith("<?xml") and any(UNIT_LABEL.search(t) for t in plots.svg_texts(text)), name
 
 
 def _unavailable_peers():
@@ -85,13 +89,13 @@ def test_width_sweep_quick_run_records_errors_and_skips(sweep):
 
 
 def test_width_sweep_renders_and_states_the_facts(sweep):
-    rendered = exp_width_sweep.render(sweep)
+    rendered = report_width_sweep.render(sweep)
     assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_article.md"}
     article = rendered["width_sweep_article.md"]
     assert article.count("。") == 1 and f"{len(exp_width_sweep.QUICK_WIDTHS)} 个宽度上" in article
-    assert rendered == exp_width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
+    assert rendered == report_width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
     _check_artifacts(rendered)
-    facts = exp_width_sweep.sweep_facts(sweep)
+    facts = report_width_sweep.sweep_facts(sweep)
     assert facts["fwd"]["unsupported"] == [] and facts["fwd"]["compared"] == len(exp_width_sweep.QUICK_WIDTHS)
     # a width where ours raised is named, not dropped silently
     broken = copy.deepcopy(sweep)
@@ -99,15 +103,15 @@ def test_width_sweep_renders_and_states_the_facts(sweep):
     for phase in ("fwd", "fwd_bwd"):
         wide[phase].pop("triton")
     wide["errors"]["triton"] = "ValueError: rows too wide"
-    assert exp_width_sweep.sweep_facts(broken)["fwd"]["unsupported"] == [wide["width"]]
-    first = _takeaway(exp_width_sweep.render(broken)["width_sweep.md"])
+    assert report_width_sweep.sweep_facts(broken)["fwd"]["unsupported"] == [wide["width"]]
+    first = _takeaway(report_width_sweep.render(broken)["width_sweep.md"])
     assert f"H={wide['width']} 上没有结果" in first
 
 
 def _with_times(sweep, ours, peer, phase="fwd"):
     """The quick data with ours' and F.rms_norm's times set per width (µs), other peers removed."""
     data = copy.deepcopy(sweep)
-    ceiling = exp_width_sweep.sweep_ceiling(data["results"])["gbps"]
+    ceiling = report_width_sweep.sweep_ceiling(data["results"])["gbps"]
     for s in data["results"]["shapes"]:
         s[phase] = {}
         for name, us in (("triton", ours(s["width"])), ("torch_rms_norm", peer(s["width"]))):
@@ -122,7 +126,7 @@ def test_sweep_facts_follow_the_data(sweep):
     sweep = copy.deepcopy(sweep)
     sweep["results"]["shapes"] = [dict(sweep["results"]["shapes"][0], width=w, label=f"H={w}",
                                        bytes_fwd=min_bytes(16, w)["fwd"]) for w in widths]
-    ceiling = exp_width_sweep.sweep_ceiling(sweep["results"])["gbps"]
+    ceiling = report_width_sweep.sweep_ceiling(sweep["results"])["gbps"]
     at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.95}  # ours' share of the ceiling
     peer = {256: 0.5 * 1.01, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.95}  # the peer's share
 
@@ -130,12 +134,12 @@ def test_sweep_facts_follow_the_data(sweep):
         return min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
 
     data, _ = _with_times(sweep, lambda w: us(at_share[w], w), lambda w: us(peer[w], w))
-    facts = exp_width_sweep.sweep_facts(data)["fwd"]
+    facts = report_width_sweep.sweep_facts(data)["fwd"]
     assert facts["compared"] == 4 and facts["level_or_ahead"] == 3  # 256 within 2 %, 1000 ahead, 3000 level
     assert facts["behind"] == [2048] and facts["worst"]["width"] == 2048
     assert facts["worst"]["ratio"] == pytest.approx(0.8)
     assert facts["misses"] == [2048]  # 80 % < 85 % at a width >= 1024; 256 is below TARGET_FROM
-    text = exp_width_sweep.takeaway(data)
+    text = report_width_sweep.takeaway(data)
     assert "4 个宽度中的 3 个" in text and "最差在 H=2048，比 F.rms_norm 慢 25%" in text
     assert "低于拷贝上限的 85%的有 H=2048" in text
 
@@ -147,7 +151,7 @@ def test_fused_add_quick_run_and_render(fused, monkeypatch):
         assert {"unfused", "compile_hf"} <= set(s["fwd_bwd"])
         assert s["bytes_fwd"] == 4 * s["rows"] * s["width"] * 2 + 2 * s["width"]
         assert s["bytes_fwd_bwd"] == 8 * s["rows"] * s["width"] * 2 + 6 * s["width"]
-    rendered = exp_fused_add.render(fused)
+    rendered = report_fused_add.render(fused)
     assert set(rendered) == {"fused_add_fwd.md", "fused_add_fwdbwd.md", "fused_add_ratios.md",
                              "fused_add_bandwidth.svg"}
     _check_artifacts(rendered)
@@ -159,7 +163,7 @@ def test_fused_add_quick_run_and_render(fused, monkeypatch):
         for phase in ("fwd", "fwd_bwd"):
             s[phase].pop("triton", None)
     data["results"]["skipped"]["triton"] = "ModuleNotFoundError('rmsnorm_fused_add')"
-    text = exp_fused_add.render(data)["fused_add_fwd.md"]
+    text = report_fused_add.render(data)["fused_add_fwd.md"]
     assert _takeaway(text).startswith("forward：融合版未测（ModuleNotFoundError")
 
 
@@ -199,7 +203,7 @@ def test_rmsnorm_quack_is_skipped_on_cpu_and_committed_data_renders():
         pytest.skip("rmsnorm data not committed")
     rms = store.load("rmsnorm")
     assert any("quack" in s["fwd"] for s in rms["results"]["shapes"])  # measured on the H200
-    rendered = exp_rmsnorm.render(rms)
+    rendered = report_rmsnorm.render(rms)
     # with a quack column the contender tables drop HF eager to stay at 6 columns and say so
     for name in ("rmsnorm_fwd_all.md", "rmsnorm_eager.md"):
         header = tables(rendered[name])[0]
@@ -210,7 +214,7 @@ def test_rmsnorm_quack_is_skipped_on_cpu_and_committed_data_renders():
     for s in without["results"]["shapes"]:
         for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
             s[phase].pop("quack", None)
-    header = tables(exp_rmsnorm.render(without)["rmsnorm_fwd_all.md"])[0]
+    header = tables(report_rmsnorm.render(without)["rmsnorm_fwd_all.md"])[0]
     assert "quack" not in header and "HF eager" in header
 
 
@@ -235,7 +239,7 @@ def _fused_times(fused, unfused_over_ours, phase="fwd_bwd"):
     (1 / 1.1, "比不融合慢 10%"),
 ])
 def test_fused_add_gain_follows_the_data(fused, ratio, words):
-    fwd, both, peers = exp_fused_add.gain_parts(_fused_times(fused, ratio))
+    fwd, both, peers = report_fused_add.gain_parts(_fused_times(fused, ratio))
     assert both.startswith(f"forward + backward 按字节最多快到 {prose.times(11 / 8)}，") and words in both
     assert fwd.startswith(f"forward 按字节最多快到 {prose.times(5 / 4)}，")
     assert peers.startswith("与最快的对手相比，forward + backward ")

@@ -29,7 +29,7 @@ def test_quick_sweep_passes_configs_and_patches_nothing(monkeypatch):
     # each timing calls its function several times (warm-up, samples): compare the runs of calls
     calls = {d: [c for i, c in enumerate(cs) if i == 0 or c != cs[i - 1]] for d, cs in calls.items()}
     expected = {"forward": [], "backward": []}
-    for (rows, width), entry in zip(exp_tuning.QUICK_WIDTHS, data["results"]):
+    for (_, rows, width), entry in zip(exp_tuning.QUICK_WIDTHS, data["results"]):
         fwd = [c for c in rmsnorm_triton.candidate_configs(width, "forward")
                if c.block_rows <= 2 and c.num_warps == 4]
         bwd = [c for c in rmsnorm_triton.candidate_configs(width, "backward")

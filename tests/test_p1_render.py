@@ -1,4 +1,4 @@
-"""Rendering of the 篇1 experiments (bench/exp_p1_*.py) from committed --quick CPU fixtures.
+"""Rendering of the 篇1 reports (bench/report/p1_*.py) from committed --quick CPU fixtures.
 
 The H200 data is rendered by ``python -m bench.render``; these tests check that rendering
 is deterministic, labelled, and says what the article relies on, without a GPU.
@@ -11,11 +11,17 @@ import shutil
 
 import pytest
 
-from bench import common, exp_p1_compile, exp_p1_profile, exp_p1_roofline, store, summary_p1
-from bench.render import MissingData, loader
+from bench import store
+from bench.report import p1_compile as report_p1_compile
+from bench.report import p1_profile as report_p1_profile
+from bench.report import p1_roofline as report_p1_roofline
+from bench.report import plots, summary_p1
+from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH
+from bench.report.render import MissingData, loader
+from bench.report.tables import env_box, fmt, provenance_table
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-MODULES = {"p1_profile": exp_p1_profile, "p1_roofline": exp_p1_roofline, "p1_compile": exp_p1_compile}
+MODULES = {"p1_profile": report_p1_profile, "p1_roofline": report_p1_roofline, "p1_compile": report_p1_compile}
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -72,7 +78,7 @@ def test_render_is_deterministic_and_labelled(name, gpu):
             assert_no_environment_footer(text, data["environment"], rel)
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and text.rstrip().endswith("</svg>"), rel
-            assert "<text" not in text and any("（" in t for t in common.svg_texts(text)), rel  # glyphs, units
+            assert "<text" not in text and any("（" in t for t in plots.svg_texts(text)), rel  # glyphs, units
         else:
             assert rel.endswith(".txt") and text.endswith("\n"), rel
 
@@ -84,7 +90,7 @@ def assert_no_environment_footer(text, env, rel):
 
 
 def test_profile_tables_say_what_the_article_relies_on():
-    out = exp_p1_profile.render(fixture("p1_profile"))
+    out = report_p1_profile.render(fixture("p1_profile"))
     assert "| `Qwen3RMSNorm` | 145 |" in out["p1_static_modules.md"]
     assert "| RMSNorm | 145 | 4 × 36 + 1 = 145 |" in out["p1_export_patterns.md"]
     assert "| `Qwen3MLP` | ✅ |" in out["p1_fx_trace.md"] and "| `Qwen3Attention` | ❌ |" in out["p1_fx_trace.md"]
@@ -96,41 +102,41 @@ def test_profile_tables_say_what_the_article_relies_on():
         assert row in launch
     assert "上界" in launch.splitlines()[-1]  # the caption says which rows the profiler inflates
     assert "CPU 发射领先 GPU" not in launch  # only a GPU trace has a GPU range
-    assert "CPU 发射领先 GPU" in exp_p1_profile.render(as_if_on_a_gpu(fixture("p1_profile")))["p1_profile_launch.md"]
+    assert "CPU 发射领先 GPU" in report_p1_profile.render(as_if_on_a_gpu(fixture("p1_profile")))["p1_profile_launch.md"]
     categories = out["p1_profile_categories.md"]
     for row in fixture("p1_profile")["results"]["main"]["categories"]:
-        assert f"| {common.CATEGORY_ZH[row['category']]} | {row['kernels']} |" in categories
+        assert f"| {CATEGORY_ZH[row['category']]} | {row['kernels']} |" in categories
 
 
 def test_sweep_rows_follow_the_data():
     data = fixture("p1_profile")
-    table = exp_p1_profile.render(data)["p1_profile_sweep.md"]
+    table = report_p1_profile.render(data)["p1_profile_sweep.md"]
     rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [int(r.split("|")[1]) for r in rows] == [e["tokens"] for e in data["results"]["sweep"]]
 
 
 def test_roofline_tables_follow_the_counts():
     data = fixture("p1_roofline")
-    out = exp_p1_roofline.render(data)
+    out = report_p1_roofline.render(data)
     counts = out["p1_roofline_counts.md"]
     for point in data["results"]["points"]:
-        name = common.FUSION_POINT_ZH[point["name"]]
+        name = FUSION_POINT_ZH[point["name"]]
         assert f"| {name} | {point['eager']['kernels']} → {point['fused']['kernels']} |" in counts
-    ridge = exp_p1_roofline.ridge_flop_per_byte(data)
+    ridge = report_p1_roofline.ridge_flop_per_byte(data)
     assert ridge == pytest.approx(data["results"]["ridge_flop_per_byte"])
-    assert f"| 屋脊点（矩阵乘吞吐 ÷ 拷贝带宽） | {common.fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
-    labels = common.svg_texts(out["p1_roofline.svg"])
+    assert f"| 屋脊点（矩阵乘吞吐 ÷ 拷贝带宽） | {fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
+    labels = plots.svg_texts(out["p1_roofline.svg"])
     assert any(t.startswith("算术强度（FLOP/字节") for t in labels) and any("（TFLOP/s" in t for t in labels)
 
 
 def test_compile_tables_and_generated_code():
     data = as_if_on_a_gpu(fixture("p1_compile"))
-    out = exp_p1_compile.render(data)
+    out = report_p1_compile.render(data)
     for table in (out["p1_compile.md"], out["p1_compile_fwd.md"]):
-        for label in exp_p1_compile.CONTENDERS.values():
+        for label in report_p1_compile.LABELS.values():
             assert label in table
     shape = data["results"]["shapes"][0]
-    forward_us = common.fmt(shape["contenders"]["compile"]["fwd"]["median_us"])
+    forward_us = fmt(shape["contenders"]["compile"]["fwd"]["median_us"])
     assert f"| torch.compile（Inductor） | {forward_us} |" in out["p1_compile_fwd.md"]
     assert f"| {shape['compile_s']:.0f} |" in out["p1_compile_fwd.md"]
     forward = out["p1_inductor_rmsnorm_fwd.txt"]
@@ -147,7 +153,7 @@ def test_env_box_lists_each_distinct_value_and_the_date_range():
     envs = [fixture(name)["environment"] for name in sorted(MODULES)]
     on_gpu = as_if_on_a_gpu(fixture("p1_profile"))["environment"] | {
         "sm_count": 132, "gpu_memory_gib": 139.8, "torch": "9.9.9", "date": "2026-12-01T00:00:00Z"}
-    box = common.env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
+    box = env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
     lines = box.splitlines()
     assert lines[:2] == ['!!! info "实验环境"', ""] and lines[3] == ""
     hardware, software = lines[2].strip().split(" · "), lines[4].strip().split(" · ")
@@ -158,12 +164,12 @@ def test_env_box_lists_each_distinct_value_and_the_date_range():
     assert f"liger-kernel：{envs[0]['liger_kernel']}" in software
     assert software[-1] == "测量日期：2026-11-29 至 2026-12-01"
     assert envs[0]["git_commit"][:7] not in box
-    assert "liger" not in common.env_box(envs) and "测量日期：2026-11-29\n" in common.env_box(envs)
+    assert "liger" not in env_box(envs) and "测量日期：2026-11-29\n" in env_box(envs)
 
 
 def test_provenance_table_names_commit_date_and_command():
     records = {f"{name}.json": fixture(name) for name in sorted(MODULES)}
-    table = common.provenance_table(records)
+    table = provenance_table(records)
     assert table.splitlines()[0] == "| 数据文件 | 提交 | 测量日期 | 重新生成的命令 |"
     for name, data in records.items():
         env = data["environment"]
@@ -171,7 +177,7 @@ def test_provenance_table_names_commit_date_and_command():
 
 
 def test_summaries_are_skipped_without_data():
-    from bench.render import render_all
+    from bench.report.render import render_all
 
     with pytest.raises(MissingData):
         summary_p1.render_summary(loader("no-such-gpu"))
@@ -231,7 +237,7 @@ def test_keypoints_are_computed_from_the_data(committed):
     assert kept in text
     large = max(committed["p1_compile"]["results"]["shapes"], key=lambda e: e["batch"] * e["seq_len"])
     medians = {n: c["fwd_bwd"]["median_us"] for n, c in large["contenders"].items()}
-    assert f"快 {common.fmt(medians['eager'] / medians['compile'])}×" in text
+    assert f"快 {fmt(medians['eager'] / medians['compile'])}×" in text
 
     tables = "".join(text for name in sorted(MODULES) for rel, text in MODULES[name].render(committed[name]).items()
                      if rel.endswith(".md"))
@@ -243,7 +249,7 @@ def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_sma
     """Drawn from the trace next to the JSON: the hand-made trace has 3 launches in decoder_layer.1 that started
     GPU work (a reduction, a memset, a GEMM); one shared time axis; a wrong or missing trace fails loudly."""
     data = as_if_on_a_gpu(fixture("p1_profile"))
-    texts = common.svg_texts(exp_p1_profile.render(data)["p1_profile_layer_timeline.svg"])
+    texts = plots.svg_texts(report_p1_profile.render(data)["p1_profile_layer_timeline.svg"])
     assert "decoder_layer.1 forward：3 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）" in texts
     assert {"GEMM", "归约", "拷贝/类型转换", "CPU：启动调用", "GPU：kernel"} <= set(texts)
     assert "注意力" not in texts  # only categories that ran are in the legend
@@ -252,7 +258,7 @@ def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_sma
     trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
     trace.write_bytes(trace.read_bytes() + b"\n")
     with pytest.raises(RuntimeError, match="not the trace of this run"):
-        exp_p1_profile.render(data)
+        report_p1_profile.render(data)
     trace.unlink()
     with pytest.raises(RuntimeError, match="is missing"):
-        exp_p1_profile.render(data)
+        report_p1_profile.render(data)

@@ -1,4 +1,4 @@
-"""篇2's generated tables and sentences (bench/exp_{rmsnorm,tuning,step,loss_curve}.py, bench/summary_p2.py).
+"""篇2's generated tables and sentences (bench/report/{rmsnorm,tuning,step,loss_curve,summary_p2}.py).
 
 * every table has at most 6 columns and a Chinese header, and no environment footer;
 * every table the article shows starts with a takeaway sentence computed from the data;
@@ -14,9 +14,12 @@ import re
 
 import pytest
 
-from bench import common, exp_loss_curve, exp_rmsnorm, exp_step, exp_tuning, prose, store, summary_p2
+from bench import store
+from bench.report import loss_curve, prose, step, summary_p2, tuning
+from bench.report import rmsnorm as report_rmsnorm
+from bench.report.tables import fmt
 
-P2_EXPERIMENTS = (exp_rmsnorm, exp_tuning, exp_step, exp_loss_curve)
+P2_REPORTS = (report_rmsnorm, tuning, step, loss_curve)
 ARTICLE = ("rmsnorm_fwd.md", "rmsnorm_fwdbwd.md", "rmsnorm_naive.md", "step_time.md", "step_rmsnorm_share.md",
            "loss_curve.md", "p2_conclusion.md")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -37,7 +40,7 @@ def data():
 @pytest.fixture(scope="module")
 def artifacts(data):
     out = {}
-    for module in P2_EXPERIMENTS:
+    for module in P2_REPORTS:
         out.update(module.render(data[module.NAME]))
     out.update(summary_p2.render_summary(store.load))
     return {name: text for name, text in out.items() if name.endswith(".md")}
@@ -126,16 +129,16 @@ def test_conclusion_table(artifacts, data):
     assert last.split("|")[2].strip() == "—"  # no op-level number for a whole-model setting
     assert "全套补丁" in text  # the Liger step row is the full Qwen3 patch, and the caption says so
     tiers = data["step"]["results"]
-    assert f"{common.fmt(tiers['triton']['median_ms'], 4)} ms" in text.split("\n\n")[0]
+    assert f"{fmt(tiers['triton']['median_ms'], 4)} ms" in text.split("\n\n")[0]
 
 
 def test_comparison_words_follow_the_data():
     rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
             {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
-    text = exp_rmsnorm.compare_sentence(rows)
+    text = report_rmsnorm.compare(rows)
     assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平" in text
     assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
-    assert "全部" in exp_rmsnorm.compare_sentence([dict(r, ratio=1.5) for r in rows])
+    assert "全部" in report_rmsnorm.compare([dict(r, ratio=1.5) for r in rows])
 
 
 def test_takeaway_turns_when_ours_gets_slower(data):
@@ -143,7 +146,7 @@ def test_takeaway_turns_when_ours_gets_slower(data):
     for s in rms["results"]["shapes"]:  # make ours three times slower than every peer in forward + backward
         slowest = max(v["median_us"] for n, v in s["fwd_bwd"].items() if n != "triton")
         s["fwd_bwd"]["triton"]["median_us"] = 3 * slowest
-    sentence = exp_rmsnorm.render(rms)["rmsnorm_fwdbwd.md"].split("\n\n")[0]
+    sentence = report_rmsnorm.render(rms)["rmsnorm_fwdbwd.md"].split("\n\n")[0]
     assert "慢" in sentence and "快于" not in sentence
 
 

@@ -1,6 +1,6 @@
 """Artifacts of 篇2 that read several data files: environment, provenance, key points, conclusion.
 
-``render_summary(load)`` is called by ``bench/render.py`` with ``load(name) -> data`` (it raises
+``render_summary(load)`` is called by ``bench/report/render.py`` with ``load(name) -> data`` (it raises
 when a data file is missing, and the whole summary is then skipped). Every number and every
 comparison word below is computed from the data, so the prose cannot drift from the tables.
 """
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 
-from bench import common, prose, store
-from bench.exp_fsdp2 import ARM_ZH
-from bench.exp_loss_curve import variant_zh
-from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
-from bench.exp_fused_add import PASSES, gain_parts
-from bench.exp_step import BASELINE, _summary, fused_add_takeaway, geometry_zh, tier_zh
+from bench import store
+from bench.report import fused_add, prose, rmsnorm, tables
+from bench.report.fsdp2 import ARM_ZH
+from bench.report.loss_curve import variant_zh
+from bench.report.p1_roofline import ridge_flop_per_byte
+from bench.report.rmsnorm import ZH, vs_best_peer
+from bench.report.step import fused_add_takeaway, geometry_zh, tier_rows, tier_zh
+from bench.report.step import config as step_config
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -107,8 +109,8 @@ def _names(tiers) -> str:
     return prose.glue(prose.join(tier_zh(t) for t in tiers), "")
 
 
-def _steps(step: dict) -> dict[str, dict]:
-    return {r["tier"]: r for r in _summary(step) if r["status"] == "ok"}
+def _steps(data: dict) -> dict[str, dict]:
+    return {r["tier"]: r for r in tier_rows(data) if r["status"] == "ok"}
 
 
 def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
@@ -132,13 +134,13 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         text = (f"forward + backward：生产版在全部 {len(both)} 个形状上最快，最快的对手用时是它的 "
                 f"{prose.times_span(r['ratio'] for r in both)} 倍")
     else:
-        text = f"forward + backward：生产版{compare_sentence(both)}"
+        text = f"forward + backward：生产版{rmsnorm.compare(both)}"
     if all(r["hf_ratio"] for r in both):
         text += f"，HF eager 是 {prose.times_span((r['hf_ratio'] for r in both), 1)} 倍"
     points.append(text + "。")
 
-    ok = _steps(step)
-    base, ours = ok.get(BASELINE), ok.get("triton")
+    ok, cfg = _steps(step), step_config(step)
+    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
     if base and ours:
         text = f"训练 step（{geometry_zh(step)}）：生产版是 HF eager 的 {prose.times(ours['speedup'])}"
         if base["share"] is not None and ours["share"] is not None:
@@ -172,12 +174,12 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
 def conclusion(rms: dict, step: dict) -> str:
     shape = _h4096(rms)
     op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
-    ok = _steps(step)
-    base = ok.get(BASELINE)
+    ok, cfg = _steps(step), step_config(step)
+    base = ok.get(cfg["baseline"])
     rows_spec = [("HF eager", "hf", "eager"), ("F.rms_norm", "torch_rms_norm", "torch_rmsnorm"),
                  ("torch.compile(HF)", "compile_hf", "compile"), ("Liger", "liger", "liger"),
                  ("生产版", "triton", "triton"), ("生产版 + torch.compile", None, "triton_compile")]
-    f = common.fmt
+    f = tables.fmt
     rows = []
     for label, op_name, tier in rows_spec:
         us = op.get(op_name) if op_name else None
@@ -187,15 +189,15 @@ def conclusion(rms: dict, step: dict) -> str:
             f(s["step"], 4) if s else "—", prose.times(s["speedup"]) if s and s["speedup"] else "—",
             f(s["peak"], 3) if s and s["peak"] is not None else "—",
         ])
-    table = common.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
+    table = tables.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
                              "峰值显存（GiB）"], rows, "lrrrrr")
 
-    peers = {n: op[n] for n in PEERS if n in op}
+    peers = {n: op[n] for n in rmsnorm.config(rms)["peers"] if n in op}
     best = min(peers, key=peers.get)
-    ours = op["triton"]
+    ours = op[rmsnorm.config(rms)["ours"]]
     text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
             f"最快的对手 {ZH[best]} 是 {peers[best] / ours:.2f} 倍")
-    mine = ok.get("triton")
+    mine = ok.get(cfg["ours"])
     if base and mine:
         text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
                  f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
@@ -217,8 +219,6 @@ def conclusion(rms: dict, step: dict) -> str:
 
 
 def ridge_sentence(roofline: dict) -> str:
-    from bench.exp_p1_roofline import ridge_flop_per_byte
-
     r = roofline["results"]
     gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
     text = f"{gpu} 的屋脊点实测约为 {ridge_flop_per_byte(roofline):.0f} FLOP/字节（篇 1 §五）"
@@ -230,11 +230,12 @@ def ridge_sentence(roofline: dict) -> str:
 
 def fused_add_keypoints(fused: dict, step: dict) -> str:
     """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
-    f, u = PASSES["fused"], PASSES["unfused"]
+    passes = fused_add.passes(fused)
+    f, u = passes["fused"], passes["unfused"]
     points = [f"每个“残差加 → RMSNorm”融合成一个 kernel：forward 读写整张量从 {u['fwd']} 遍降到 {f['fwd']} 遍，"
               f"backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
-    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in gain_parts(fused)]
-    points.append(fused_add_takeaway(step, _summary(step)))
+    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
+    points.append(fused_add_takeaway(step, tier_rows(step)))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
@@ -252,11 +253,11 @@ def render_summary(load) -> dict[str, str]:
             pass
     envs = [d["environment"] for d in data.values()]
     gpu = store.gpu_slug(rms["environment"].get("gpu") or "cpu")
-    logs = common.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
+    logs = tables.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
     out = {
-        "p2_env.md": common.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
+        "p2_env.md": tables.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
                                                                           else ())),
-        "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
+        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),
