@@ -2,16 +2,16 @@
 
 The same training as bench/exp_loss_curve.py (model geometry, byte tokens of the CPython
 stdlib, seeded window order, AdamW with warm-up and cosine decay, grad-norm clip 1.0, both
-precision settings), but on ``WORLD_SIZE`` processes under FSDP2, one arm after another:
+precision settings), but on ``WORLD_SIZE`` processes under FSDP2, one contender after another:
 
 * ``hf``       transformers' Qwen3 as shipped;
 * ``control``  the loss-curve experiment's control: a correct RMSNorm that rounds once
   (``harness.loss_gate.control_norm_class``), its final-loss distance from HF is the noise floor;
 * ``triton``   ``patch_qwen3_rmsnorm(TritonQwen3RMSNorm)`` (snippets/qwen3_patch.py);
-* ``fused``    ``patch_qwen3_fused_add_rmsnorm()`` (snippets/qwen3_fused_add_patch.py): residual add +
+* ``triton_fused_add`` ``patch_qwen3_fused_add_rmsnorm()`` (snippets/qwen3_fused_add_patch.py): residual add +
   RMSNorm fused at every add -> norm pair. Recorded as unavailable where that module does not exist.
 
-Each arm patches modeling_qwen3, builds a fresh model with the same seed, loads the same
+Each contender patches modeling_qwen3, builds a fresh model with the same seed, loads the same
 initial weights (one state dict, built once with HF's classes: equal starts whatever a patch
 draws from the RNG), trains, and undoes the patch afterwards. FSDP2: ``fully_shard`` on each
 decoder layer, then on the root ``Qwen3ForCausalLM``; defaults otherwise (parameters resharded
@@ -22,17 +22,17 @@ experiment's own, so each rank does the same arithmetic as the single-GPU run:
 * ``bf16``  bf16 parameters, AdamW state and collectives.
 
 Data: every step draws the global batch of ``batch`` windows from
-``loss_consistency.batch_starts`` (one seed, the same in every arm); rank r trains on rows
+``loss_consistency.batch_starts`` (one seed, the same in every contender); rank r trains on rows
 r, r + WORLD_SIZE, ... of it (DistributedSampler's order, :func:`rank_rows`). Every window has
 ``seq_len - 1`` targets, so the mean over ranks of each rank's mean loss, which is the loss
 recorded, is the global batch's mean loss, and FSDP's averaged gradient is the global batch's.
 
 Gate: ``harness.loss_gate.gate_with_control`` (the loss-curve rule: final loss = mean of the
 last 50 steps within 0.5 % of HF, or within twice the control's own final difference when
-that is larger; every step within 5 % of HF; all finite), for each patched arm against HF.
+that is larger; every step within 5 % of HF; all finite), for each patched contender against HF.
 
 Per rank: the time of every step (CUDA events, each step waited for: the timing costs the
-overlap of consecutive steps, the same for every arm) and the peak allocated memory of the
+overlap of consecutive steps, the same for every contender) and the peak allocated memory of the
 training loop (``torch.cuda.max_memory_allocated``, after sharding and building the optimizer).
 
 Launch: ``run()`` starts ``python -m torch.distributed.run --standalone --nproc_per_node 2
@@ -65,8 +65,8 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "fsdp2"
 WORLD_SIZE = 2
-ARMS = ("hf", "control", "triton", "fused")  # HF and the control first: the gate needs both
-PATCHED = ("triton", "fused")
+CONTENDERS = ("hf", "control", "triton", "triton_fused_add")  # HF and the control first: the gate needs both
+GATED = ("triton", "triton_fused_add")  # held to HF by the gate
 FUSED_MODULE = "qwen3_fused_add_patch"
 TIMEOUT_S = {True: 240, False: 540}  # quick, full: a device job gets 600 s
 TIMING_WARMUP = 10  # steps left out of the median step time (allocator, Triton compilation)
@@ -76,7 +76,7 @@ def fsdp2_config(quick: bool) -> dict:
     """The loss-curve configuration (model, data, lr, gate), shortened to fit one run of a few minutes."""
     cfg = loss_config(quick)
     if quick:
-        cfg.update(steps=4, batch=4, seq_len=32)  # the Triton arms run interpreted: about 1 s a step
+        cfg.update(steps=4, batch=4, seq_len=32)  # the Triton contenders run interpreted: about 1 s a step
     else:
         cfg.update(steps=300, warmup=30)  # batch 32 (16 per rank) x 256 tokens, as in the loss curve
     if cfg["batch"] % WORLD_SIZE:
@@ -97,18 +97,18 @@ def rank_rows(starts: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 
 class Unavailable(Exception):
-    """An arm whose patch does not exist in this checkout."""
+    """A contender whose patch does not exist in this checkout."""
 
 
-def arm_patch(arm: str):
-    """Patch modeling_qwen3 for ``arm``; returns the undo function."""
-    if arm == "hf":
+def contender_patch(contender: str):
+    """Patch modeling_qwen3 for ``contender``; returns the undo function."""
+    if contender == "hf":
         return lambda: None
-    if arm == "control":
+    if contender == "control":
         return patch_qwen3_rmsnorm(control_norm_class())
-    if arm == "triton":
+    if contender == "triton":
         return patch_qwen3_rmsnorm(TritonQwen3RMSNorm)
-    if arm == "fused":
+    if contender == "triton_fused_add":
         try:
             from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
         except ModuleNotFoundError as error:
@@ -116,7 +116,7 @@ def arm_patch(arm: str):
                 raise  # the module exists but is broken: that is a failure, not an absence
             raise Unavailable(f"snippets/{FUSED_MODULE}.py not in this checkout") from error
         return patch_qwen3_fused_add_rmsnorm()
-    raise ValueError(f"unknown arm {arm!r}")
+    raise ValueError(f"unknown contender {contender!r}")
 
 
 def _gather(value) -> list:
@@ -128,21 +128,22 @@ def _gather(value) -> list:
     return out
 
 
-def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, device: str, on_gpu: bool) -> dict:
-    """Train one arm under FSDP2 on this rank's ``rows``; the record every rank agrees on."""
+def train_contender(contender: str, variant: str, cfg: dict, initial: dict, tokens, rows, device: str,
+                    on_gpu: bool) -> dict:
+    """Train one contender under FSDP2 on this rank's ``rows``; the record every rank agrees on."""
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule, fully_shard
     from transformers import Qwen3ForCausalLM
 
     if on_gpu:
-        torch.cuda.empty_cache()  # the previous arm's blocks
-    undo = arm_patch(arm)
+        torch.cuda.empty_cache()  # the previous contender's blocks
+    undo = contender_patch(contender)
     try:
         torch.manual_seed(cfg["seed"])
         model = Qwen3ForCausalLM(model_config(cfg))
-        model.load_state_dict(initial)  # strict: the same parameter names and the same start in every arm
-        if arm == "triton" and count_modules(model, TritonQwen3RMSNorm) != rmsnorm_count(model.config):
-            raise RuntimeError("the Triton arm does not have one TritonQwen3RMSNorm per norm")
+        model.load_state_dict(initial)  # strict: the same parameter names and the same start in every contender
+        if contender == "triton" and count_modules(model, TritonQwen3RMSNorm) != rmsnorm_count(model.config):
+            raise RuntimeError("the Triton contender does not have one TritonQwen3RMSNorm per norm")
         model.to(device=device, dtype=torch.bfloat16 if variant == "bf16" else torch.float32).train()
         for layer in model.model.layers:
             fully_shard(layer)
@@ -197,45 +198,45 @@ def worker(quick: bool, out: pathlib.Path) -> None:
                                   seed=cfg["data_seed"]), rank, world)
     results = {}
     for variant in cfg["variants"]:
-        arms = {}
-        for arm in ARMS:
-            log(f"{variant}/{arm}: {cfg['steps']} steps on {world} ranks")
+        trained = {}
+        for contender in CONTENDERS:
+            log(f"{variant}/{contender}: {cfg['steps']} steps on {world} ranks")
             try:
-                arms[arm] = train_arm(arm, variant, cfg, initial, tokens, rows, device, on_gpu)
+                trained[contender] = train_contender(contender, variant, cfg, initial, tokens, rows, device, on_gpu)
             except Unavailable as why:
-                arms[arm] = {"status": "unavailable", "reason": str(why)}
-                log(f"{variant}/{arm}: unavailable: {why}")
+                trained[contender] = {"status": "unavailable", "reason": str(why)}
+                log(f"{variant}/{contender}: unavailable: {why}")
                 continue
             except Exception as error:  # raised alike on every rank (same code, same shapes): record, go on
-                arms[arm] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
-                log(f"{variant}/{arm}: ERROR {arms[arm]['reason']}\n{traceback.format_exc(limit=-4)}")
-                if arm in ("hf", "control"):
+                trained[contender] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
+                log(f"{variant}/{contender}: ERROR {trained[contender]['reason']}\n{traceback.format_exc(limit=-4)}")
+                if contender in ("hf", "control"):
                     raise  # nothing to gate against
                 continue
-            r = arms[arm]
-            log(f"{variant}/{arm}: final loss {r['losses'][-1]:.4f}, median step "
+            r = trained[contender]
+            log(f"{variant}/{contender}: final loss {r['losses'][-1]:.4f}, median step "
                 + ", ".join(f"{t:.2f}" for t in r["median_step_ms"]) + " ms (per rank)"
                 + (", peak " + ", ".join(f"{p:.2f}" for p in r["peak_gib"]) + " GiB" if on_gpu else ""))
-        hf, control = arms["hf"]["losses"], arms["control"]["losses"]
-        for arm in PATCHED:  # the control's "gate" is its own report against HF: the noise floor
-            if arms[arm]["status"] == "ok":
-                arms[arm]["gate"], arms["control"]["gate"] = gate_with_control(
-                    hf, arms[arm]["losses"], control, cfg["gate"], f"{variant}/{arm}", log)
-        for r in arms.values():
+        hf, control = trained["hf"]["losses"], trained["control"]["losses"]
+        for contender in GATED:  # the control's "gate" is its own report against HF: the noise floor
+            if trained[contender]["status"] == "ok":
+                trained[contender]["gate"], trained["control"]["gate"] = gate_with_control(
+                    hf, trained[contender]["losses"], control, cfg["gate"], f"{variant}/{contender}", log)
+        for r in trained.values():
             if r["status"] == "ok":
                 r["losses"] = rounded(r["losses"])
-        results[variant] = arms
-    gated = [results[v][a] for v in cfg["variants"] for a in PATCHED if results[v][a]["status"] == "ok"]
-    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in ARMS]
+        results[variant] = trained
+    gated = [results[v][a] for v in cfg["variants"] for a in GATED if results[v][a]["status"] == "ok"]
+    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in CONTENDERS]
     results["passed"] = bool(gated) and all(r["gate"]["passed"] for r in gated) and "error" not in statuses
-    results["unavailable"] = sorted({a for v in cfg["variants"] for a in ARMS
+    results["unavailable"] = sorted({a for v in cfg["variants"] for a in CONTENDERS
                                      if results[v][a]["status"] == "unavailable"})
-    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in ARMS if results[v][a]["status"] == "error"]
+    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in CONTENDERS if results[v][a]["status"] == "error"]
     config = model_config(cfg)
     cfg.update(
         geometry=geometry(config), world_size=world, backend=dist.get_backend(),
         nccl=".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None,
-        arms=list(ARMS), gated=list(PATCHED), optimizer=OPTIMIZER,
+        contenders=list(CONTENDERS), gated=list(GATED), optimizer=OPTIMIZER,
         final_loss=f"mean of the last {cfg['gate']['final_window']} steps",
         sharding=f"fully_shard on each of the {config.num_hidden_layers} decoder layers, then on Qwen3ForCausalLM",
         precision={"amp": "fp32 sharded parameters and AdamW state, bf16 autocast, fp32 collectives",

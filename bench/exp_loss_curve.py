@@ -58,7 +58,7 @@ from qwen3_patch import count_modules, patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "loss_curve"
-MODELS = ("hf", "triton", "control")
+CONTENDERS = ("hf", "triton", "control")
 LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "Triton RMSNorm", "control": "control: one rounding"}
 VARIANT_LABELS = {"amp": "fp32 weights + bf16 autocast", "bf16": "bf16 weights", "fp32": "fp32"}
 
@@ -88,7 +88,7 @@ def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict
     gate, control_gate = gate_with_control(curves[0], curves[1], curves[2], cfg["gate"], variant, log)
     norm_weights = [p for n, p in models[0].named_parameters() if "norm" in n]
     return {
-        "losses": {name: rounded(curve) for name, curve in zip(MODELS, curves)},
+        "losses": {name: rounded(curve) for name, curve in zip(CONTENDERS, curves)},
         "gate": gate,
         "control_gate": control_gate,
         "seconds": seconds,
@@ -108,6 +108,7 @@ def run(args) -> dict:
     cfg["geometry"] = geometry(model_config(cfg))
     cfg["final_loss"] = f"mean of the last {cfg['gate']['final_window']} steps"
     cfg["optimizer"] = OPTIMIZER
+    cfg["contenders"] = list(CONTENDERS)
     results["passed"] = all(results[v]["gate"]["passed"] for v in cfg["variants"])
     return {"config": cfg, "results": results}
 

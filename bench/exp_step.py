@@ -1,8 +1,8 @@
-"""Experiment "step": one Qwen3 training step, tier by tier, and the share of it spent in RMSNorm.
+"""Experiment "step": one Qwen3 training step, contender by contender, and the share of it spent in RMSNorm.
 
 What a *step* is here: ``model.zero_grad(set_to_none=True)``, forward with
 ``labels`` (HF computes the shifted cross-entropy), ``loss.backward()``.
-No optimizer update: it costs the same in every tier and would only dilute the
+No optimizer update: it costs the same in every contender and would only dilute the
 differences (this also matches the baseline in /work/shared/README.md).
 
 Model: Qwen3-8B layer geometry (hidden 4096, intermediate 12288, 32 heads,
@@ -11,7 +11,7 @@ parameters, sdpa attention, ``use_cache=False``, 8 decoder layers instead of 36
 (full depth at B=4, T=4096 does not fit in memory without activation
 checkpointing), B=4, T=4096, no activation checkpointing.
 
-Tiers (each in a fresh ``python -m bench.exp_step --tier NAME`` process, so that
+Contenders (each in a fresh ``python -m bench.exp_step --contender NAME`` process, so that
 no patch, compile cache in memory or allocator state leaks from one into the next):
 
 * ``eager``           HF as shipped: ``Qwen3RMSNorm`` is unfused Python ops;
@@ -25,15 +25,15 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 * ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
   (rope, rms_norm, swiglu, fused linear cross-entropy), applied before the model is built.
 
-Environment knobs: ``BENCH_STEP_TIERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
-bounds the whole run: a tier that would start with less than 30 s left is recorded as skipped.
+Environment knobs: ``BENCH_STEP_CONTENDERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
+bounds the whole run: a contender that would start with less than 30 s left is recorded as skipped.
 
 Timing: CUDA events around each step, median over the timed steps after warm-up.
 Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
 
 RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
 
-* eager tiers: each RMSNorm module's forward runs inside
+* eager contenders: each RMSNorm module's forward runs inside
   ``record_function("rmsnorm_fwd")``; the forward cost is the GPU time of all
   kernels launched inside those ranges. Every autograd node created there has a
   sequence number; the backward nodes carrying the same (sequence number,
@@ -43,14 +43,14 @@ RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
   counter cannot steal a neighbour's node.
 * ``triton_fused_add``: the norms stay HF's Qwen3RMSNorm modules (their forward is
   patched), so the same ranges hold the fused calls; their time includes the residual
-  adds they absorbed (in the other tiers those adds are not RMSNorm time).
-* compiled tiers: Inductor fuses the norm into neighbouring kernels, so no
+  adds they absorbed (in the other contenders those adds are not RMSNorm time).
+* compiled contenders: Inductor fuses the norm into neighbouring kernels, so no
   module boundary survives. Kernels whose name contains "rms_norm" (our Triton
   kernels, kept by name in Inductor's output) are counted; for ``compile`` (HF
   norms fused by Inductor) the share is reported as not separable.
 * Not counted: AccumulateGrad of the norm weights (no kernel: grads are set to None
   every step) and any launch gaps. The Amdahl bound is ``step / (step - rmsnorm)``:
-  the speed-up a zero-time RMSNorm would give that tier.
+  the speed-up a zero-time RMSNorm would give that contender.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 
 NAME = "step"
 
-TIERS = {
+CONTENDERS = {
     "eager": "HF eager",
     "torch_rmsnorm": "HF + torch F.rms_norm",
     "triton_fwd": "HF + Triton RMSNorm (fwd only)",
@@ -92,6 +92,7 @@ TIERS = {
 COMPILED = {"compile", "triton_compile"}
 BASELINE = "eager"  # every step is compared with HF as shipped
 OURS = "triton"
+TIE_RULE = "within_1pct"  # medians of the timed steps: level within 1 % (bench/report/names.py TIE_RULES)
 CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240}  # others: 150 s
 NORM_KERNEL_NAME = re.compile(r"rms_?norm|dw_reduce", re.IGNORECASE)  # ours, Liger's; Inductor keeps user kernel names
 FUSED_RSQRT_NAME = re.compile(r"^triton_.*rsqrt")  # Inductor kernels holding a norm's forward, fused with neighbours
@@ -118,10 +119,10 @@ def build_config(spec: dict):
     return qwen3_config(spec["size"], **overrides)
 
 
-# ---------------------------------------------------------------- one tier (child process)
+# ---------------------------------------------------------------- one contender (child process)
 
-class TierSkipped(Exception):
-    """The tier cannot run in this environment; the reason is recorded, not raised."""
+class ContenderSkipped(Exception):
+    """The contender cannot run in this environment; the reason is recorded, not raised."""
 
 
 def _torch_rmsnorm_class():
@@ -138,26 +139,26 @@ def _torch_rmsnorm_class():
     return TorchFusedRMSNorm
 
 
-def _install_patch(tier: str, on_gpu: bool) -> dict:
-    """Apply the tier's patch to transformers' modeling_qwen3 (before the model is built)."""
-    if tier in ("eager", "compile"):
+def _install_patch(contender: str, on_gpu: bool) -> dict:
+    """Apply the contender's patch to transformers' modeling_qwen3 (before the model is built)."""
+    if contender in ("eager", "compile"):
         return {"norm_class": "Qwen3RMSNorm"}
-    if tier == "liger":
+    if contender == "liger":
         try:
             from liger_kernel.transformers import apply_liger_kernel_to_qwen3
         except Exception as error:  # not installed on this machine
-            raise TierSkipped(f"liger_kernel not importable: {error!r}") from error
+            raise ContenderSkipped(f"liger_kernel not importable: {error!r}") from error
         if not on_gpu:
-            raise TierSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
+            raise ContenderSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
         options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
-    if tier == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
+    if contender == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
         patch_qwen3_fused_add_rmsnorm()
         return {"norm_class": "Qwen3RMSNorm", "patch": "qwen3_fused_add_patch"}
     norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,
-                "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[tier]
+                "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[contender]
     patch_qwen3_rmsnorm(norm_cls)  # this process only ever builds this one model
     return {"norm_class": norm_cls.__name__}
 
@@ -178,11 +179,11 @@ def _annotate_norms(model) -> None:
         module.forward = annotated
 
 
-def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
+def measure_contender(contender: str, cfg: dict, device: str, log=print) -> dict:
     on_gpu = device == "cuda"
-    if tier in COMPILED and not on_gpu:
-        raise TierSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
-    info = _install_patch(tier, on_gpu)
+    if contender in COMPILED and not on_gpu:
+        raise ContenderSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
+    info = _install_patch(contender, on_gpu)
     config = build_config(cfg["model"])
     dtype = getattr(torch, cfg["dtype"])
 
@@ -199,7 +200,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
         raise RuntimeError(f"expected {expected} x {info['norm_class']}, found {len(norms)} x {info['norm_classes']}")
     info["parameters"] = sum(p.numel() for p in model.parameters())
 
-    if tier in COMPILED:  # regional compilation: identical layers share one compiled graph
+    if contender in COMPILED:  # regional compilation: identical layers share one compiled graph
         for layer in model.model.layers:
             layer.compile()
         model.model.norm.compile()
@@ -223,7 +224,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
     first_loss = step(batches[0]).item()
     first_step_s = time.perf_counter() - start
     log(f"first step {first_step_s:.1f} s (includes compilation / JIT), loss {first_loss:.5f}")
-    for _ in range(cfg["warmup"] - 1 + (tier in COMPILED)):  # one more after compiling (lazy backward)
+    for _ in range(cfg["warmup"] - 1 + (contender in COMPILED)):  # one more after compiling (lazy backward)
         step(batches[1])
     sync()
 
@@ -236,11 +237,11 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
 
     # One more step under the profiler, for the RMSNorm share.
-    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=tier not in COMPILED,
+    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=contender not in COMPILED,
                               on_gpu=on_gpu)
-    profile["method"] = ("module ranges + autograd sequence numbers" if tier not in COMPILED
-                         else "kernel names" if tier == "triton_compile" else "not separable")
-    if tier == "compile":
+    profile["method"] = ("module ranges + autograd sequence numbers" if contender not in COMPILED
+                         else "kernel names" if contender == "triton_compile" else "not separable")
+    if contender == "compile":
         profile["rmsnorm_ms"] = None  # Inductor fused HF's norm into its neighbours
     rms = profile["rmsnorm_ms"]
     log(f"RMSNorm per step: {rms} ms of {profile['device_ms']:.1f} ms device time")
@@ -257,7 +258,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
         tokens_per_s=cfg["batch"] * cfg["seq_len"] / (median_ms / 1e3),
         profile=profile,
     )
-    if tier in COMPILED:
+    if contender in COMPILED:
         from torch._dynamo.utils import counters
 
         result["dynamo"] = {"graph_breaks": sum(counters["graph_break"].values()),
@@ -358,7 +359,7 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
             named_rmsnorm_kernels=sorted({k.name for k in named}),
             fused_rsqrt_ms=sum(k.time_range.elapsed_us() for k in kernels if FUSED_RSQRT_NAME.search(k.name)) / 1e3,
         )
-        if not regions:  # compiled tiers: only the kernel names are left
+        if not regions:  # compiled contenders: only the kernel names are left
             result["rmsnorm_ms"] = result["named_rmsnorm_ms"]
     else:
         result.update(device_ms=sum(e.cpu_time_total for e in forward_windows + backward_windows) / 1e3,
@@ -366,16 +367,16 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
     return result
 
 
-def run_child(tier: str, args, out: pathlib.Path) -> None:
+def run_child(contender: str, args, out: pathlib.Path) -> None:
     _, _, cfg, device, _ = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False))
 
     def log(message):
-        print(f"  [step:{tier}] {message}", flush=True)
+        print(f"  [step:{contender}] {message}", flush=True)
 
-    record = {"tier": tier, "label": TIERS[tier]}
+    record = {"contender": contender, "label": CONTENDERS[contender]}
     try:
-        record.update(measure_tier(tier, cfg, device, log=log), status="ok")
-    except TierSkipped as reason:
+        record.update(measure_contender(contender, cfg, device, log=log), status="ok")
+    except ContenderSkipped as reason:
         record.update(status="skipped", reason=str(reason))
         log(f"skipped: {reason}")
     except Exception as error:
@@ -384,61 +385,62 @@ def run_child(tier: str, args, out: pathlib.Path) -> None:
     out.write_text(json.dumps(record), encoding="utf-8")
 
 
-# ---------------------------------------------------------------- all tiers (parent process)
+# ---------------------------------------------------------------- all contenders (parent process)
 
-def selected_tiers() -> list[str]:
-    wanted = os.environ.get("BENCH_STEP_TIERS")
+def selected_contenders() -> list[str]:
+    wanted = os.environ.get("BENCH_STEP_CONTENDERS")
     if not wanted:
-        return list(TIERS)
-    tiers = [t.strip() for t in wanted.split(",") if t.strip()]
-    unknown = sorted(set(tiers) - set(TIERS))
+        return list(CONTENDERS)
+    contenders = [t.strip() for t in wanted.split(",") if t.strip()]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
-        raise ValueError(f"unknown tiers {unknown}; choose from {list(TIERS)}")
-    return tiers
+        raise ValueError(f"unknown contenders {unknown}; choose from {list(CONTENDERS)}")
+    return contenders
 
 
 def run(args) -> dict:
     cfg = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
-    tiers = selected_tiers()
-    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all tiers; a device job gets 600 s
+    contenders = selected_contenders()
+    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all contenders; a device job gets 600 s
     began = time.perf_counter()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for index, tier in enumerate(tiers, 1):
-            out = pathlib.Path(tmp) / f"{tier}.json"
-            command = [sys.executable, "-m", "bench.exp_step", "--tier", tier, "--out", str(out)]
+        for index, contender in enumerate(contenders, 1):
+            out = pathlib.Path(tmp) / f"{contender}.json"
+            command = [sys.executable, "-m", "bench.exp_step", "--contender", contender, "--out", str(out)]
             if args.quick:
                 command.append("--quick")
             left = budget_s - (time.perf_counter() - began)
             if left < 30:
-                results[tier] = {"tier": tier, "label": TIERS[tier], "status": "skipped",
+                results[contender] = {"contender": contender, "label": CONTENDERS[contender], "status": "skipped",
                                  "reason": f"time budget of {budget_s:.0f} s used up"}
-                print(f" step tier {index}/{len(tiers)}: {tier} skipped (time budget)", flush=True)
+                print(f" step contender {index}/{len(contenders)}: {contender} skipped (time budget)", flush=True)
                 continue
-            print(f" step tier {index}/{len(tiers)}: {tier} ({left:.0f} s of budget left)", flush=True)
+            print(f" step contender {index}/{len(contenders)}: {contender} ({left:.0f} s of budget left)", flush=True)
             start = time.perf_counter()
-            timeout = min(CHILD_TIMEOUT_S.get(tier, 150), left)
+            timeout = min(CHILD_TIMEOUT_S.get(contender, 150), left)
             try:
                 subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
                 record = json.loads(out.read_text(encoding="utf-8"))
             except subprocess.TimeoutExpired:
-                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
                           "reason": f"timed out after {timeout:.0f} s"}
             except (OSError, ValueError) as error:  # the child died before writing its record
-                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
                           "reason": f"child process wrote no result: {error!r}"}
             record["wall_s"] = round(time.perf_counter() - start, 1)
-            results[tier] = record
+            results[contender] = record
     model = build_config(cfg["model"])
     cfg["geometry"] = {k: getattr(model, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
-    cfg.update(step=STEP_DEFINITION, attention="sdpa", tiers=tiers, baseline=BASELINE, ours=OURS,
+    cfg.update(step=STEP_DEFINITION, attention="sdpa", contenders=contenders, baseline=BASELINE, ours=OURS,
+               tie_rule=TIE_RULE,
                budget_s=budget_s,
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
                timing="CUDA events per step, median of the timed steps after warm-up",
                rmsnorm_share=("profiler: module record_function ranges (forward) + autograd sequence "
-                              "numbers (backward); compiled tiers: kernel names"))
+                              "numbers (backward); compiled contenders: kernel names"))
     return {"config": cfg, "results": results}
 
 
@@ -446,14 +448,14 @@ def run(args) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=list(TIERS), help="measure one tier (child process mode)")
-    parser.add_argument("--out", type=pathlib.Path, help="child: where to write the tier's JSON")
+    parser.add_argument("--contender", choices=list(CONTENDERS), help="measure one contender (child process mode)")
+    parser.add_argument("--out", type=pathlib.Path, help="child: where to write the contender's JSON")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    if args.tier:
+    if args.contender:
         if args.out is None:
-            parser.error("--tier needs --out")
-        run_child(args.tier, args, args.out)
+            parser.error("--contender needs --out")
+        run_child(args.contender, args, args.out)
         return 0
     payload = run(args)
     print(json.dumps({t: {k: v for k, v in r.items() if k in ("status", "median_ms", "peak_gib", "reason")}

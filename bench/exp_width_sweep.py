@@ -66,6 +66,7 @@ QUICK_ROWS = 16
 CONTENDERS = ["triton", "torch_rms_norm", "compile_hf", "liger", "quack"]
 OURS = "triton"
 PEERS = CONTENDERS[1:]
+TIE_RULE = "within_2pct"  # 15 replays per timing: level within 2 % (bench/report/names.py TIE_RULES)
 TARGETS = {"fwd": 0.85, "fwd_bwd": 0.75}  # of the copy ceiling, at widths >= TARGET_FROM
 TARGET_FROM = 1024
 # Rows wider than this take the chunked backward kernels (rmsnorm_triton.backward_config: more than
@@ -124,7 +125,7 @@ def run(args) -> dict:
             if on_gpu:
                 torch.cuda.empty_cache()
     config = {"dtype": "bfloat16", "eps": EPS, "rows": rows, "widths": widths, "contenders": CONTENDERS,
-              "ours": OURS, "peers": PEERS, "targets": TARGETS, "target_from_width": TARGET_FROM,
+              "ours": OURS, "peers": PEERS, "tie_rule": TIE_RULE, "targets": TARGETS, "target_from_width": TARGET_FROM,
               "chunked_backward_above": CHUNKED_BACKWARD_ABOVE,
               "models": {str(w): m for w, m in MODEL_WIDTHS.items() if w in widths},
               "l2_bytes": mode.l2_cache_bytes(device), "liger_in_place": False,

@@ -29,7 +29,7 @@ from loss_consistency import batch_starts, train_lockstep
 
 # The fused patch adds x and residual of one dtype; under autocast the residual stream is fp32 and a
 # sublayer's output bf16, so it raises a clear error there, which the run records (and counts as a failure).
-KNOWN_ERRORS = {("amp", "fused"): "x and residual must have the same dtype"}
+KNOWN_ERRORS = {("amp", "triton_fused_add"): "x and residual must have the same dtype"}
 # Only a platform without processes (e.g. a WebAssembly build of Python) may skip; CI never does.
 CAN_SPAWN = sys.platform not in ("emscripten", "wasi") or bool(os.environ.get("CI"))
 
@@ -77,8 +77,8 @@ def test_gate_with_control_widens_by_the_controls_own_distance():
 
 
 def test_unknown_arm():
-    with pytest.raises(ValueError, match="unknown arm"):
-        exp_fsdp2.arm_patch("nope")
+    with pytest.raises(ValueError, match="unknown contender"):
+        exp_fsdp2.contender_patch("nope")
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +96,9 @@ def test_quick_run_trains_every_arm_and_gates_the_patched_ones(quick):
     fused_here = importlib.util.find_spec(exp_fsdp2.FUSED_MODULE) is not None
     for variant in cfg["variants"]:
         arms = results[variant]
-        assert set(arms) == set(exp_fsdp2.ARMS)
+        assert set(arms) == set(exp_fsdp2.CONTENDERS)
         for arm, r in arms.items():
-            if arm == "fused" and not fused_here:
+            if arm == "triton_fused_add" and not fused_here:
                 assert r["status"] == "unavailable" and exp_fsdp2.FUSED_MODULE in r["reason"]
                 continue
             if r["status"] == "error":
@@ -111,11 +111,11 @@ def test_quick_run_trains_every_arm_and_gates_the_patched_ones(quick):
             full = sum(p.numel() for p in Qwen3ForCausalLM(model_config(cfg)).parameters())
             assert sum(r["parameters_per_rank"]) == full and max(r["parameters_per_rank"]) < 0.55 * full
             assert r["fsdp_modules"] == cfg["geometry"]["num_hidden_layers"] + 1  # each layer, then the root
-            if arm in exp_fsdp2.PATCHED:
+            if arm in exp_fsdp2.GATED:
                 assert r["gate"]["passed"], (variant, arm, r["gate"])
         assert arms["control"]["gate"]["final_rel_diff"] < 5e-3  # the noise floor is small
-    assert results["unavailable"] == ([] if fused_here else ["fused"])
-    errors = [f"{v}/{a}" for v in cfg["variants"] for a in exp_fsdp2.ARMS if results[v][a]["status"] == "error"]
+    assert results["unavailable"] == ([] if fused_here else ["triton_fused_add"])
+    errors = [f"{v}/{a}" for v in cfg["variants"] for a in exp_fsdp2.CONTENDERS if results[v][a]["status"] == "error"]
     assert results["errors"] == errors and results["passed"] == (not errors)
 
 
@@ -148,13 +148,13 @@ def test_render_from_the_quick_run(quick):
     header = next(line for line in rest.splitlines() if line.startswith("|"))
     cells = header.strip("|").split("|")
     assert len(cells) <= 6 and all(re.search(r"[\u4e00-\u9fff]", c) for c in cells), header
-    assert rest.count("\n| ") == 1 + len(quick["config"]["variants"]) * len(exp_fsdp2.ARMS)
+    assert rest.count("\n| ") == 1 + len(quick["config"]["variants"]) * len(exp_fsdp2.CONTENDERS)
     assert any("相对差" in t for t in plots.svg_texts(rendered["fsdp2.svg"]))
     facts = report_fsdp2.article_facts(quick)
     assert facts["passed"] == quick["results"]["passed"]
     assert facts["steps"] == quick["config"]["steps"] and facts["gpus"] == 2
     assert facts["worst_final_rel_diff"] == max(quick["results"][v][a]["gate"]["final_rel_diff"]
-                                                for v in quick["config"]["variants"] for a in exp_fsdp2.PATCHED
+                                                for v in quick["config"]["variants"] for a in exp_fsdp2.GATED
                                                 if quick["results"][v][a]["status"] == "ok")
 
 
@@ -163,9 +163,9 @@ def test_render_says_fail_error_and_unavailable(quick):
     gate = data["results"]["bf16"]["triton"]["gate"]
     gate.update(passed=False, final_rel_diff=0.02)
     data["results"]["passed"] = False
-    data["results"]["amp"]["fused"] = {"status": "error", "reason": "ValueError: boom"}
-    data["results"]["bf16"]["fused"] = {"status": "unavailable", "reason": "x"}
-    data["results"]["unavailable"] = ["fused"]
+    data["results"]["amp"]["triton_fused_add"] = {"status": "error", "reason": "ValueError: boom"}
+    data["results"]["bf16"]["triton_fused_add"] = {"status": "unavailable", "reason": "x"}
+    data["results"]["unavailable"] = ["triton_fused_add"]
     text = report_fsdp2.render(data)["fsdp2.md"]
     first = text.split("\n\n", 1)[0]
     assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的生产版 RMSNorm；" in first

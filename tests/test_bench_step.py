@@ -79,13 +79,13 @@ def test_no_annotation_no_attribution():
 
 
 def test_tier_selection(monkeypatch):
-    monkeypatch.delenv("BENCH_STEP_TIERS", raising=False)
-    assert exp_step.selected_tiers() == list(exp_step.TIERS)
-    monkeypatch.setenv("BENCH_STEP_TIERS", "eager, triton")
-    assert exp_step.selected_tiers() == ["eager", "triton"]
-    monkeypatch.setenv("BENCH_STEP_TIERS", "eager,fast")
+    monkeypatch.delenv("BENCH_STEP_CONTENDERS", raising=False)
+    assert exp_step.selected_contenders() == list(exp_step.CONTENDERS)
+    monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager, triton")
+    assert exp_step.selected_contenders() == ["eager", "triton"]
+    monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager,fast")
     with pytest.raises(ValueError, match="fast"):
-        exp_step.selected_tiers()
+        exp_step.selected_contenders()
 
 
 # ---------------------------------------------------------------- the fused-add tier's sentence and table
@@ -115,7 +115,7 @@ def _set_fused(data, ratio, spread):
 ])
 def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
     data = _set_fused(_step_fixture(), ratio, spread)
-    rows = report_step.tier_rows(data)
+    rows = report_step.contender_rows(data)
     text = report_step.render(data)["step_fused_add.md"]
     takeaway = text.split("\n\n")[0]
     assert words in takeaway and takeaway.endswith("。") and not takeaway.startswith("|")
@@ -126,7 +126,7 @@ def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
     assert len(cells) <= 6 and cells[0] == "档位" and "相对生产版" in cells
     body = [line for line in text.splitlines() if line.startswith("| ") and "档位" not in line and ":--" not in line]
     assert [line.split("|")[1].strip() for line in body] == [
-        report_step.tier_zh(t) for t in (exp_step.BASELINE, "triton", report_step.FUSED_ADD)]
+        report_step.label(t) for t in (exp_step.BASELINE, "triton", report_step.FUSED_ADD)]
     fused_row = body[-1].split("|")
     assert fused_row[5].strip() == prose.times(1 / ratio)
 
@@ -136,18 +136,18 @@ def test_fused_add_share_clause_follows_the_data():
     profile = data["results"]["triton"]["profile"]
     step = data["results"]["triton"]["median_ms"]
     profile["rmsnorm_ms"] = 0.02 * step  # RMSNorm 2 % of the step: not much left to save
-    small = report_step.fused_add_takeaway(data, report_step.tier_rows(data))
+    small = report_step.fused_add_takeaway(data, report_step.contender_rows(data))
     assert "生产版的一步里 RMSNorm 占 2.0%" in small and "step 层面能省的本来就不多" in small
     profile["rmsnorm_ms"] = 0.2 * step
-    large = report_step.fused_add_takeaway(data, report_step.tier_rows(data))
+    large = report_step.fused_add_takeaway(data, report_step.contender_rows(data))
     assert "占 20.0%" in large and "本来就不多" not in large
 
 
 def test_fused_add_without_the_tier_says_so():
     data = _step_fixture()
-    data["results"][report_step.FUSED_ADD] = {"tier": report_step.FUSED_ADD, "status": "skipped", "reason": "budget"}
+    data["results"][report_step.FUSED_ADD] = {"contender": report_step.FUSED_ADD, "status": "skipped", "reason": "budget"}
     text = report_step.render(data)["step_fused_add.md"]
     assert "没有跑成" in text.split("\n\n")[0]
-    assert report_step.tier_zh(report_step.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
+    assert report_step.label(report_step.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
     del data["results"][report_step.FUSED_ADD]  # a run from before the tier existed
-    assert report_step.fused_add_takeaway(data, report_step.tier_rows(data)).endswith("生产版 + 融合残差加法这一档还没有测。")
+    assert report_step.fused_add_takeaway(data, report_step.contender_rows(data)).endswith("生产版 + 融合残差加法这一档还没有测。")

@@ -161,8 +161,8 @@ def test_fused_add_quick_run_and_render(fused, monkeypatch):
     data = copy.deepcopy(fused)
     for s in data["results"]["shapes"]:
         for phase in ("fwd", "fwd_bwd"):
-            s[phase].pop("triton", None)
-    data["results"]["skipped"]["triton"] = "ModuleNotFoundError('rmsnorm_fused_add')"
+            s[phase].pop("triton_fused_add", None)
+    data["results"]["skipped"]["triton_fused_add"] = "ModuleNotFoundError('rmsnorm_fused_add')"
     text = report_fused_add.render(data)["fused_add_fwd.md"]
     assert _takeaway(text).startswith("forward：融合版未测（ModuleNotFoundError")
 
@@ -228,7 +228,7 @@ def _fused_times(fused, unfused_over_ours, phase="fwd_bwd"):
     """A copy of the quick run with the unfused contender at ``unfused_over_ours`` × ours' time."""
     data = copy.deepcopy(fused)
     for s in data["results"]["shapes"]:
-        ours = s[phase]["triton"]["median_us"]
+        ours = s[phase]["triton_fused_add"]["median_us"]
         s[phase]["unfused"] = dict(s[phase]["unfused"], median_us=ours * unfused_over_ours)
     return data
 

@@ -16,7 +16,7 @@ from bench.report import p1_compile as report_p1_compile
 from bench.report import p1_profile as report_p1_profile
 from bench.report import p1_roofline as report_p1_roofline
 from bench.report import plots, summary_p1
-from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH
+from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH, LAYER_LABELS
 from bench.report.render import MissingData, loader
 from bench.report.tables import env_box, fmt, provenance_table
 
@@ -133,7 +133,7 @@ def test_compile_tables_and_generated_code():
     data = as_if_on_a_gpu(fixture("p1_compile"))
     out = report_p1_compile.render(data)
     for table in (out["p1_compile.md"], out["p1_compile_fwd.md"]):
-        for label in report_p1_compile.LABELS.values():
+        for label in LAYER_LABELS.values():
             assert label in table
     shape = data["results"]["shapes"][0]
     forward_us = fmt(shape["contenders"]["compile"]["fwd"]["median_us"])

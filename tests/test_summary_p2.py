@@ -17,6 +17,7 @@ import pytest
 from bench import store
 from bench.report import loss_curve, prose, step, summary_p2, tuning
 from bench.report import rmsnorm as report_rmsnorm
+from bench.report.ops import compare_sentence
 from bench.report.tables import fmt
 
 P2_REPORTS = (report_rmsnorm, tuning, step, loss_curve)
@@ -135,10 +136,10 @@ def test_conclusion_table(artifacts, data):
 def test_comparison_words_follow_the_data():
     rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
             {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
-    text = report_rmsnorm.compare(rows)
+    text = compare_sentence(rows, 0.01)
     assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平" in text
     assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
-    assert "全部" in report_rmsnorm.compare([dict(r, ratio=1.5) for r in rows])
+    assert "全部" in compare_sentence([dict(r, ratio=1.5) for r in rows], 0.01)
 
 
 def test_takeaway_turns_when_ours_gets_slower(data):

@@ -2,16 +2,9 @@
 from __future__ import annotations
 
 from bench.report import plots, prose, tables
-from bench.report.names import PASTEL_LINE
+from bench.report.names import COLOURS, LOSS_CURVE_DIFFS, LOSS_CURVE_LEGEND, precision_zh
 
 NAME = "loss_curve"
-
-
-VARIANT_ZH = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}
-
-
-def variant_zh(variant: str) -> str:
-    return VARIANT_ZH.get(variant, variant)
 
 
 def _caption(cfg: dict) -> str:
@@ -33,13 +26,13 @@ def gate_sentence(data: dict) -> str:
     variants = cfg["variants"]
     verdicts = [results[v]["gate"]["passed"] for v in variants]
     head = (f"{len(variants)} 种精度设置都通过门限" if all(verdicts) else
-            f"未通过门限的精度设置：{prose.join(variant_zh(v) for v, ok in zip(variants, verdicts) if not ok)}")
+            f"未通过门限的精度设置：{prose.join(precision_zh(v) for v, ok in zip(variants, verdicts) if not ok)}")
     parts = []
     for v in variants:
         g, c = results[v]["gate"], results[v]["control_gate"]
         control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
                    else f"对照与 HF 相差 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{variant_zh(v)}：生产版末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
+        parts.append(f"{precision_zh(v)}：生产版末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
                      f"（阈值 {prose.pct(g.get('final_limit', g['final_rtol']), 3)}，{control}），"
                      f"逐步最大相对差 {prose.pct(g['max_rel_diff'], 2)}")
     return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
@@ -53,12 +46,12 @@ def render(data: dict) -> dict[str, str]:
         r = results[variant]
         g, c = r["gate"], r["control_gate"]
         rows.append([
-            variant_zh(variant), f"{100 * g['final_rel_diff']:.3f}", f"{100 * c['final_rel_diff']:.3f}",
+            precision_zh(variant), f"{100 * g['final_rel_diff']:.3f}", f"{100 * c['final_rel_diff']:.3f}",
             f"{100 * g.get('final_limit', g['final_rtol']):.3f}",
             f"{100 * g['max_rel_diff']:.2f}（{100 * c['max_rel_diff']:.2f}）", "通过" if g["passed"] else "未通过",
         ])
         detail.append([
-            variant_zh(variant), f(g["final_baseline"], 5), f(g["final_patched"], 5), f(g["max_abs_diff"], 3),
+            precision_zh(variant), f(g["final_baseline"], 5), f(g["final_patched"], 5), f(g["max_abs_diff"], 3),
             f"{100 * c['max_rel_diff']:.2f}", f"{100 * g['step_rtol']:g}",
         ])
     table = tables.md_table(
@@ -72,22 +65,16 @@ def render(data: dict) -> dict[str, str]:
             "loss_curve.svg": _plot(data)}
 
 
-PLOT_LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}
-# Drawn in this order: the control under the kernels.
-PLOT_DIFFS = {"control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）", "triton": "生产版 − HF"}
-PLOT_COLORS = {"hf": PASTEL_LINE["blue"], "triton": PASTEL_LINE["pink"],
-               "control": PASTEL_LINE["green"], "fused": PASTEL_LINE["purple"]}
-
-
 def _plot(data: dict) -> str:
     cfg, results = data["config"], data["results"]
     return loss_plot({v: results[v]["losses"] for v in cfg["variants"]}, cfg["gate"]["step_rtol"])
 
 
-def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict = PLOT_LABELS,
-              diffs: dict = PLOT_DIFFS) -> str:
-    """One column per precision setting (``curves``: variant -> name -> losses): the loss curves of
-    ``labels`` on top (HF solid, the others dashed), the relative differences from HF of ``diffs`` below."""
+def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict = LOSS_CURVE_LEGEND,
+              diffs: dict = LOSS_CURVE_DIFFS) -> str:
+    """One column per precision setting (``curves``: precision -> contender -> losses): the loss curves of
+    ``labels`` on top (HF solid, the others dashed), the relative differences from HF of ``diffs`` below,
+    drawn in that order (the control under the kernels); each contender in its colour."""
     plt = plots.plot_style()
     variants = list(curves)
     fig, axes = plt.subplots(2, len(variants), figsize=(5.2 * len(variants), 6.4), sharex=True, squeeze=False,
@@ -99,9 +86,9 @@ def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict
         top, bottom = axes[0][col], axes[1][col]
         for name, label in labels.items():
             if name in losses:
-                top.plot(steps, losses[name], color=PLOT_COLORS[name], linewidth=1.6 if name == "hf" else 1.0,
+                top.plot(steps, losses[name], color=COLOURS[name], linewidth=1.6 if name == "hf" else 1.0,
                          linestyle="-" if name == "hf" else "--", label=label)
-        top.set_title(VARIANT_ZH.get(variant, variant), fontsize=10)
+        top.set_title(precision_zh(variant), fontsize=10)
         top.set_ylabel("训练 loss（nats/字节）")
         top.legend(fontsize=8)
         largest = 0.0
@@ -110,7 +97,7 @@ def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict
                 continue
             rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
             largest = max([largest] + [abs(v) for v in rel if v == v])
-            bottom.plot(steps, rel, color=PLOT_COLORS[name], linewidth=0.8, label=label)
+            bottom.plot(steps, rel, color=COLOURS[name], linewidth=0.8, label=label)
         span = min(1.2 * limit, max(1.3 * largest, 0.01))
         if span >= limit:
             bottom.axhline(limit, color="#999999", linestyle=":", linewidth=1)

@@ -8,6 +8,7 @@ copy, graph-timed and eager), ``results["shapes"]`` (per shape: size, bytes, the
 from __future__ import annotations
 
 from bench.report import plots, prose
+from bench.report.names import COLOURS, OP_LABELS
 
 # Shapes that files from before every entry carried its label name by their row count (rmsnorm.json's
 # rstd entries, tuning.json): the q_norm and k_norm inputs of one Qwen3-8B training batch.
@@ -86,10 +87,10 @@ def at(labels) -> str:
     return f"在 {prose.glue(prose.join(labels), '上')}"
 
 
-def compare_sentence(rows, labels: dict, tie: float, subject="生产版", other="最快的对手") -> str:
+def compare_sentence(rows, tie: float, subject="生产版", other="最快的对手") -> str:
     """How ``subject`` compares with ``other`` over the shapes (``rows``: label, ratio = other's time ÷
-    subject's, and the peer's id where ``other`` is the fastest of several): faster, tied (within
-    ``tie``) or slower, and where. ``labels`` names the peers."""
+    subject's, and the peer's id where ``other`` is the fastest of several): faster, level (within
+    ``tie``, the run's tie rule) or slower, and where."""
     faster = [r for r in rows if r["ratio"] >= 1 + tie]
     tied = [r for r in rows if 1 - tie < r["ratio"] < 1 + tie]
     slower = [r for r in rows if r["ratio"] <= 1 - tie]
@@ -104,7 +105,7 @@ def compare_sentence(rows, labels: dict, tie: float, subject="生产版", other=
     if tied:
         clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 {prose.pct(tie)}）")
     if slower:
-        who = (f"（{prose.join(dict.fromkeys(labels[r['peer']] for r in slower))}）"
+        who = (f"（{prose.join(dict.fromkeys(OP_LABELS[r['peer']] for r in slower))}）"
                if "peer" in slower[0] else "")
         clauses.append(f"{at(r['label'] for r in slower)}比{other}{who}慢 "
                        f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
@@ -116,9 +117,9 @@ def _short_label(shape):
     return shape_label(shape).replace("（", "\n（")
 
 
-def bandwidth_bars(data, contenders, labels, op, figsize=(10, 7.2)):
-    """% of the copy ceiling per shape and contender (bars in ``contenders`` order, named by
-    ``labels``): forward above, forward + backward below. Data laid out as rmsnorm.json."""
+def bandwidth_bars(data, contenders, op, figsize=(10, 7.2)):
+    """% of the copy ceiling per shape and contender (bars in ``contenders`` order, each in its colour):
+    forward above, forward + backward below. Data laid out as rmsnorm.json."""
     plt = plots.plot_style()
     res = data["results"]
     shapes = res["shapes"]
@@ -130,7 +131,7 @@ def bandwidth_bars(data, contenders, labels, op, figsize=(10, 7.2)):
         for i, name in enumerate(names):
             values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
-                   label=labels.get(name, name), color=plots.SERIES_COLORS[i % len(plots.SERIES_COLORS)])
+                   label=OP_LABELS.get(name, name), color=COLOURS[name])
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
         ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
         ax.set_ylim(0, 112)

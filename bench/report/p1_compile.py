@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from bench.report import prose, tables
+from bench.report.names import GRAPHS, LAYER_LABELS
 
 NAME = "p1_compile"
-LABELS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
 # What the runs before the experiment recorded these used (bench/exp_p1_compile.py then): the contenders
 # in table order, and the one the others are compared with.
 BEFORE_RECORDED = {"contenders": ["eager", "cuda_graph", "compile"], "baseline": "eager"}
@@ -13,9 +13,6 @@ BEFORE_RECORDED = {"contenders": ["eager", "cuda_graph", "compile"], "baseline":
 def config(data) -> dict:
     """The run's config, with what a file from before a key was recorded used in its place."""
     return BEFORE_RECORDED | data["config"]
-
-
-GRAPH_ZH = {"forward": "前向", "backward": "反向"}
 
 
 def _caption(data, extra=""):
@@ -35,7 +32,7 @@ def _contender_rows(data):
             if name in contenders:
                 first = name == cfg["baseline"]
                 tokens = f"{entry['tokens']:,}（B={entry['batch']}，T={entry['seq_len']}）" if first else ""
-                yield tokens, name, LABELS[name], contenders[name], contenders[cfg["baseline"]], entry["compile_s"]
+                yield tokens, name, LAYER_LABELS[name], contenders[name], contenders[cfg["baseline"]], entry["compile_s"]
 
 
 def _before_after_table(data):
@@ -67,7 +64,7 @@ def _layer_kernels_table(data):
     for graph in ("forward", "backward"):
         for k in kernels.get(graph, []):
             nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
-            rows.append([GRAPH_ZH[graph], f"`{k['name']}`", nodes])
+            rows.append([GRAPHS[graph], f"`{k['name']}`", nodes])
     last = data["results"]["shapes"][-1]
     return tables.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + prose.caption(
         f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",

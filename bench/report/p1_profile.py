@@ -5,15 +5,9 @@ import pathlib
 
 from bench import store
 from bench.report import plots, prose, tables
-from bench.report.names import CATEGORY_ZH
+from bench.report.names import CATEGORY_COLOURS, CATEGORY_ZH
 
 NAME = "p1_profile"
-
-
-CATEGORY_COLORS = {
-    "GEMM": "#8AB0DB", "attention": "#A98BCB", "elementwise": "#E7C56D", "reduction": "#D98F92",
-    "copy / cast / layout": "#94C18A", "softmax / loss": "#7FC4C0", "Triton (Inductor)": "#C49A6C", "other": "#999999",
-}
 
 
 def _us(value):
@@ -221,7 +215,7 @@ def _timeline_plot(data):
     for category in CATEGORY_NAMES:
         bars = [(p["kernel_us"], max(p["kernel_dur_us"], least)) for p in kernels if p["category"] == category]
         if bars:
-            ax.broken_barh(bars, (gpu_y - height / 2, height), facecolors=CATEGORY_COLORS[category], edgecolors="none")
+            ax.broken_barh(bars, (gpu_y - height / 2, height), facecolors=CATEGORY_COLOURS[category], edgecolors="none")
             used.append(category)
     links = [[(p["launch_us"] + p["launch_dur_us"] / 2, cpu_y - height / 2), (p["kernel_us"], gpu_y + height / 2)]
              for p in pairs]
@@ -241,7 +235,7 @@ def _timeline_plot(data):
     ax.set_xlabel(f"时间（µs，从 {name} forward 在 CPU 上开始计）")
     ax.set_title(f"{name} forward：{len(pairs)} 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）",
                  fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLORS[c]) for c in used]
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLOURS[c]) for c in used]
     handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#555555"), plt.Rectangle((0, 0), 1, 1, facecolor="#DDDDDD")]
     labels = [CATEGORY_NAMES[c] for c in used] + ["启动调用（cudaLaunchKernel 等）", f"CPU 上的 {name} 区间"]
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8)

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from bench.report import plots, prose, tables
-from bench.report.names import FUSION_POINT_ZH
+from bench.report.names import FUSION_LABELS, FUSION_POINT_ZH, SERIES_COLOURS
 
 NAME = "p1_roofline"
 
 
-VARIANT_LABEL = {"eager": "HF eager", "fused": "torch.compile", "flash": "flash attention（sdpa）"}
 BOUND_ZH = {True: "访存", False: "计算"}
 
 
@@ -21,8 +20,8 @@ def _point(name):
     return FUSION_POINT_ZH.get(name, name)
 
 
-def _variant(point_name, variant):
-    return "一次 GEMM（拼接权重）" if point_name == "QKV merge" and variant == "fused" else VARIANT_LABEL[variant]
+def _label(point_name, contender):
+    return "一次 GEMM（拼接权重）" if point_name == "QKV merge" and contender == "fused" else FUSION_LABELS[contender]
 
 
 def _arrow(before, after):
@@ -75,19 +74,17 @@ def _measured_table(data):
         if "eager" not in m:
             continue
         eager = m["eager"]
-        for variant in ("eager", "fused", "flash"):
-            if variant not in m:
+        for contender in ("eager", "fused", "flash"):
+            if contender not in m:
                 continue
-            stats = m[variant]
-            speedup = f"{tables.fmt(eager['median_us'] / stats['median_us'])}×" if variant != "eager" else "1×"
-            memory_bound = p[variant]["intensity"] < ridge
-            rows.append([_point(p["name"]) if variant == "eager" else "", _variant(p["name"], variant),
+            stats = m[contender]
+            speedup = f"{tables.fmt(eager['median_us'] / stats['median_us'])}×" if contender != "eager" else "1×"
+            memory_bound = p[contender]["intensity"] < ridge
+            rows.append([_point(p["name"]) if contender == "eager" else "", _label(p["name"], contender),
                          tables.fmt(stats["median_us"]), speedup, tables.fmt(stats["tflops"]),
                          f"{stats['gbps']:,.0f}（{100 * stats['gbps'] / copy:.0f}%）" if memory_bound else "—"])
     headers = ["融合点", "实现", "耗时（µs）", "相对 eager", "TFLOP/s", "带宽（GB/s，占拷贝上限）"]
     return tables.md_table(headers, rows, align="llrrrr") + _caption(data, "带宽按该实现自己读写的字节计，计算受限的行不列")
-
-
 
 
 def _roofline_plot(data):
@@ -108,16 +105,16 @@ def _roofline_plot(data):
     achieved = []
     handles, labels = [], []
     for index, p in enumerate(r["points"]):
-        color = plots.SERIES_COLORS[index % len(plots.SERIES_COLORS)]
+        color = SERIES_COLOURS[index % len(SERIES_COLOURS)]
         m = p.get("measured", {})
         coords = {}
-        for variant, marker in (("eager", "o"), ("fused", "o"), ("flash", "*")):
-            if variant in m:
-                coords[variant] = (p[variant]["intensity"], m[variant]["tflops"])
-                achieved.append(m[variant]["tflops"])
-                dot = ax.scatter(*coords[variant], s=110 if variant == "flash" else 55, marker=marker, zorder=3,
-                                 facecolors="none" if variant == "eager" else color, edgecolors=color, linewidths=1.6)
-                if variant == "fused" or (variant == "eager" and "fused" not in m):
+        for contender, marker in (("eager", "o"), ("fused", "o"), ("flash", "*")):
+            if contender in m:
+                coords[contender] = (p[contender]["intensity"], m[contender]["tflops"])
+                achieved.append(m[contender]["tflops"])
+                dot = ax.scatter(*coords[contender], s=110 if contender == "flash" else 55, marker=marker, zorder=3,
+                                 facecolors="none" if contender == "eager" else color, edgecolors=color, linewidths=1.6)
+                if contender == "fused" or (contender == "eager" and "fused" not in m):
                     handles.append(dot)
                     labels.append(FUSION_POINT_ZH.get(p["name"], p["name"]))
         if "eager" in coords and "fused" in coords:

@@ -5,7 +5,7 @@ import io
 import pathlib
 import re
 
-SERIES_COLORS = ["#8AB0DB", "#D98F92", "#94C18A", "#E7C56D", "#A98BCB", "#7FC4C0", "#C49A6C", "#999999"]
+from bench.report.names import SERIES_COLOURS
 
 # The plots' one font: Noto Sans SC (SIL OFL 1.1, from notofonts/noto-cjk), shipped by the PyPI package
 # pylopdf-fonts-zh-cn (pinned in requirements-test.txt). Loaded by file path, never looked up by name
@@ -76,7 +76,7 @@ def plot_style():
         "axes.grid": True,
         "axes.axisbelow": True,
         "legend.frameon": False,
-        "axes.prop_cycle": matplotlib.cycler(color=SERIES_COLORS),
+        "axes.prop_cycle": matplotlib.cycler(color=SERIES_COLOURS),
     })
     return plt
 

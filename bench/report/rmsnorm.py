@@ -2,18 +2,15 @@
 from __future__ import annotations
 
 from bench.report import prose, tables
+from bench.report.names import OP_LABELS, PHASES, tie
 from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
                               rows_caption, shape_label, size)
 
 NAME = "rmsnorm"
-# Chinese labels of tables and plots: peers, the teaching kernel and ours.
-ZH = {"hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
-      "quack": "quack", "naive": "教学版", "triton": "生产版"}
-PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
-TIE = 0.01  # within 1 % of each other counts as a tie: the 20-80 % spread of a median is about 0.5 %
-# What the runs before the experiment recorded the contenders' roles used (bench/exp_rmsnorm.py then):
-# ours, and the peers it is compared with (data files from before quack have no "quack").
-BEFORE_RECORDED = {"ours": "triton", "peers": ["hf", "torch_rms_norm", "compile_hf", "liger", "quack"]}
+# What the runs before the experiment recorded these used (bench/exp_rmsnorm.py then): ours, the peers it is
+# compared with (data files from before quack have no "quack"), the tie rule of its comparisons.
+BEFORE_RECORDED = {"ours": "triton", "peers": ["hf", "torch_rms_norm", "compile_hf", "liger", "quack"],
+                   "tie_rule": "within_1pct"}
 
 
 def config(data) -> dict:
@@ -35,19 +32,19 @@ def vs_best_peer(data, phase) -> list[dict]:
     return out
 
 
-def compare(rows, **words) -> str:
-    """ops.compare_sentence with this report's names and tie."""
-    return compare_sentence(rows, ZH, TIE, **words)
+def compare(data, rows, **words) -> str:
+    """ops.compare_sentence with the run's tie rule."""
+    return compare_sentence(rows, tie(config(data)), **words)
 
 
 def _table(data, phase):
     rows = vs_best_peer(data, phase)
     f = tables.fmt
-    body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]), ZH[r["peer"]], f(r["peer_us"]), prose.times(r["ratio"])]
+    body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]), OP_LABELS[r["peer"]], f(r["peer_us"]), prose.times(r["ratio"])]
             for r in rows]
     table = tables.md_table(["形状", "生产版（µs）", "占拷贝上限", "最快的对手", "对手（µs）", "对手 ÷ 生产版"], body, "lrrlrr")
-    takeaway = (f"{PHASE_ZH[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
-                f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare(rows)}。")
+    takeaway = (f"{PHASES[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
+                f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare(data, rows)}。")
     moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
     caption = (f"bf16，{rows_caption(data['results']['shapes'])}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
                f"轮换输入（不复用 L2）的中位数。字节按最少计（{moved}）；拷贝上限为{ceiling_text(data['results'])}。")
@@ -68,12 +65,12 @@ def _contender_table(data, phase, caption):
         dropped = f"HF eager 未列出（用时是生产版的 {prose.times_span(ratios, 1)} 倍）。" if ratios else ""
     body = [[shape_label(s)] + [tables.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names]
             for s in shapes]
-    table = tables.md_table(["形状"] + [ZH[n] for n in names], body)
+    table = tables.md_table(["形状"] + [OP_LABELS[n] for n in names], body)
     return prose.page(table, caption + f"bf16，{rows_caption(shapes)}。{dropped}")
 
 
 def _all_table(data, phase):
-    return _contender_table(data, phase, f"{PHASE_ZH[phase]} 每次调用的 GPU 时间（µs）：CUDA graph 重放、轮换输入"
+    return _contender_table(data, phase, f"{PHASES[phase]} 每次调用的 GPU 时间（µs）：CUDA graph 重放、轮换输入"
                                          "（不复用 L2）的中位数；")
 
 
@@ -103,7 +100,7 @@ def _naive_table(data):
         if slow:
             where = at(r["label"] for r in slow) if close else f"在全部 {len(rows)} 个形状上"
             parts.append(f"{where}慢得多，用时是生产版的 {prose.times_span((r['ratio'] for r in slow), 1)} 倍")
-        sentences.append(f"{PHASE_ZH[phase]} {'，'.join(parts)}")
+        sentences.append(f"{PHASES[phase]} {'，'.join(parts)}")
     takeaway = "教学版（一个 program 处理一行）：" + "；".join(sentences) + "。"
     caption = (f"bf16，{rows_caption(shapes)}。每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数。")
     return prose.page(table, caption, takeaway)
@@ -171,6 +168,6 @@ def render(data: dict) -> dict[str, str]:
         "rmsnorm_same_size.md": _same_size_table(data),
         "rmsnorm_rstd.md": _rstd_table(data),
         "rmsnorm_eager.md": _eager_table(data),
-        "rmsnorm_bandwidth.svg": bandwidth_bars(data, data["config"]["contenders"], ZH, "RMSNorm"),
+        "rmsnorm_bandwidth.svg": bandwidth_bars(data, data["config"]["contenders"], "RMSNorm"),
     }
     return {name: text for name, text in out.items() if text is not None}

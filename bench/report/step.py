@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from bench.report import plots, prose, tables
-from bench.report.names import PASTEL_LINE
+from bench.report.names import PASTEL_LINE, STEP_LABELS, tie
 
 NAME = "step"
 # What the runs before the experiment recorded these used (bench/exp_step.py then): the contender every
-# step is compared with, and ours.
-BEFORE_RECORDED = {"baseline": "eager", "ours": "triton"}
+# step is compared with, ours, and the tie rule of the step times.
+BEFORE_RECORDED = {"baseline": "eager", "ours": "triton", "tie_rule": "within_1pct"}
 
 
 def config(data) -> dict:
@@ -15,15 +15,15 @@ def config(data) -> dict:
     return BEFORE_RECORDED | data["config"]
 
 
-def tier_rows(data: dict) -> list[dict]:
+def contender_rows(data: dict) -> list[dict]:
     """One row per contender of the run: its step time, spread, peak memory, speed-up over the baseline
     and RMSNorm share (``status`` and ``reason`` for one that did not run)."""
     rows = []
     results = data["results"]
     base = results.get(config(data)["baseline"], {})
     base_ms = base.get("median_ms") if base.get("status") == "ok" else None
-    for tier, record in results.items():
-        row = {"tier": tier, "label": record.get("label", tier), "status": record["status"]}
+    for contender, record in results.items():
+        row = {"contender": contender, "label": record.get("label", contender), "status": record["status"]}
         if record["status"] == "ok":
             step = record["median_ms"]
             rms = record["profile"].get("rmsnorm_ms")
@@ -40,22 +40,12 @@ def tier_rows(data: dict) -> list[dict]:
     return rows
 
 
-TIER_ZH = {
-    "eager": "HF eager",
-    "torch_rmsnorm": "HF + F.rms_norm",
-    "triton_fwd": "生产版（只换 forward）",
-    "triton": "生产版（forward + backward）",
-    "triton_fused_add": "生产版 + 融合残差加法",
-    "compile": "torch.compile",
-    "triton_compile": "生产版 + torch.compile",
-    "liger": "Liger（全套补丁）",
-}
 FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
 SMALL_SHARE = 0.05  # RMSNorm under 5 % of a step: fusing more into it cannot move the step much
 
 
-def tier_zh(tier: str) -> str:
-    return TIER_ZH.get(tier, tier)
+def label(contender: str) -> str:
+    return STEP_LABELS.get(contender, contender)
 
 
 def geometry_zh(data: dict) -> str:
@@ -75,17 +65,18 @@ def _caption(data: dict) -> str:
 
 
 def _ok(rows: list[dict]) -> dict[str, dict]:
-    return {r["tier"]: r for r in rows if r["status"] == "ok"}
+    return {r["contender"]: r for r in rows if r["status"] == "ok"}
 
 
-def fused_add_relation(fused: dict, ours: dict) -> str:
-    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add tier's step against the plain Triton tier's.
+def fused_add_relation(fused: dict, ours: dict, within: float) -> str:
+    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add contender's step against the plain Triton one's.
 
-    Within 1 % is a tie; a larger gap inside both tiers' min–max ranges is said to be within the noise.
+    Within ``within`` (the run's tie rule) is a tie; a larger gap inside both contenders' min–max ranges
+    is said to be within the noise.
     """
     ratio = fused["step"] / ours["step"]
-    if abs(ratio - 1) < 0.01:
-        return "与生产版持平（相差不到 1%）"
+    if abs(ratio - 1) < within:
+        return f"与生产版持平（相差不到 {prose.pct(within)}）"
     text = f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
     if fused["lo"] <= ours["hi"] and ours["lo"] <= fused["hi"]:
         text += "，但仍在两档各自的波动区间之内"
@@ -93,17 +84,17 @@ def fused_add_relation(fused: dict, ours: dict) -> str:
 
 
 def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
-    """One sentence: the fused-add tier's step against the plain Triton tier, and how much RMSNorm weighs."""
+    """One sentence: the fused-add contender's step against the plain Triton one, and how much RMSNorm weighs."""
     ok = _ok(rows)
     mine = config(data)["ours"]
     fused, ours = ok.get(FUSED_ADD), ok.get(mine)
     if not fused or not ours:
         missing = [t for t in (FUSED_ADD, mine) if t not in ok]
         verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
-        return f"{geometry_zh(data)}的一步训练：{prose.join(tier_zh(t) for t in missing)}这一档{verb}。"
+        return f"{geometry_zh(data)}的一步训练：{prose.join(label(t) for t in missing)}这一档{verb}。"
     f = tables.fmt
     text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
-            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours)}")
+            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, tie(config(data)))}")
     if ours["rms"] is not None and fused["rms"] is not None:
         text += (f"；生产版的一步里 RMSNorm 占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms），融合后 RMSNorm "
                  f"连同被融合的加法占 {prose.pct(fused['share'], 1)}（{f(fused['rms'], 3)} ms）")
@@ -119,10 +110,10 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
     ours = ok.get(cfg["ours"])
     f = tables.fmt
     body = []
-    for tier in (cfg["baseline"], cfg["ours"], FUSED_ADD):
-        r = ok.get(tier)
+    for contender in (cfg["baseline"], cfg["ours"], FUSED_ADD):
+        r = ok.get(contender)
         if r:
-            body.append([tier_zh(tier), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            body.append([label(contender), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
                          prose.times(r["speedup"]) if r["speedup"] else "—",
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
     table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "相对生产版"], body, "lrrrr")
@@ -144,13 +135,14 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
         parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
     if "triton_fwd" in ok:
         fwd = ok["triton_fwd"]["speedup"]
-        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1.01 else "收益小于两者都换"))
+        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1 + tie(cfg) else "收益小于两者都换"))
     if FUSED_ADD in ok:
         parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
-                     + fused_add_relation(ok[FUSED_ADD], ours))
-    faster = [t for t in ("compile", "triton_compile", "liger") if t in ok and ok[t]["step"] < ours["step"] * 0.99]
+                     + fused_add_relation(ok[FUSED_ADD], ours, tie(cfg)))
+    faster = [t for t in ("compile", "triton_compile", "liger")
+              if t in ok and ok[t]["step"] < ours["step"] * (1 - tie(cfg))]
     if faster:
-        parts.append(prose.join(prose.glue(tier_zh(t), prose.times(ok[t]["speedup"])) for t in faster)
+        parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in faster)
                      + " 都更快：它们融合的不止 RMSNorm")
     return "；".join(parts) + "。"
 
@@ -177,20 +169,20 @@ def _share_takeaway(data: dict, rows: list[dict]) -> str:
 
 
 def render(data: dict) -> dict[str, str]:
-    rows = tier_rows(data)
+    rows = contender_rows(data)
     f = tables.fmt
 
     step_rows, detail_rows = [], []
     for r in rows:
         if r["status"] != "ok":
-            step_rows.append([tier_zh(r["tier"]), f"未运行：{r['status']}", "—", "—", "—"])
-            detail_rows.append([tier_zh(r["tier"]), "—", "—"])
+            step_rows.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—"])
+            detail_rows.append([label(r["contender"]), "—", "—"])
             continue
         step_rows.append([
-            tier_zh(r["tier"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
             prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
         ])
-        detail_rows.append([tier_zh(r["tier"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
+        detail_rows.append([label(r["contender"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
     step_table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "峰值显存（GiB）"],
                                  step_rows, "lrrrr")
     cfg = data["config"]
@@ -201,16 +193,16 @@ def render(data: dict) -> dict[str, str]:
         if r["status"] != "ok":
             continue
         if r["rms"] is None:
-            share_rows.append([tier_zh(r["tier"]), f(r["step"], 4), "分不开（被 Inductor 融合）", "—", "—", "—"])
+            share_rows.append([label(r["contender"]), f(r["step"], 4), "分不开（被 Inductor 融合）", "—", "—", "—"])
             continue
         share_rows.append([
-            tier_zh(r["tier"]), f(r["step"], 4), f(r["rms"], 3), prose.pct(r["share"], 1), f(r["without"], 4),
+            label(r["contender"]), f(r["step"], 4), f(r["rms"], 3), prose.pct(r["share"], 1), f(r["without"], 4),
             prose.times(r["bound"], 3) if r["bound"] else "—",
         ])
     share_table = tables.md_table(["档位", "step（ms）", "RMSNorm（ms / step）", "RMSNorm 占比", "RMSNorm 为零时（ms）",
                                    "Amdahl 上限"], share_rows, "lrrrrr")
 
-    skipped = [f"{tier_zh(r['tier'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
+    skipped = [f"{label(r['contender'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
     not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
     return {
         "step_time.md": prose.page(step_table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
@@ -221,20 +213,18 @@ def render(data: dict) -> dict[str, str]:
             share_table,
             "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
-            + (f"{tier_zh(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
+            + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + _caption(data), _share_takeaway(data, rows)),
         "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }
 
 
-
-
 def _plot(rows: list[dict], data: dict) -> str:
     plt = plots.plot_style()
     ok = [r for r in rows if r["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
-    labels = [TIER_ZH.get(r["tier"], r["label"]) for r in ok][::-1]
+    labels = [STEP_LABELS.get(r["contender"], r["label"]) for r in ok][::-1]
     y = list(range(len(ok)))
     rms = [r["rms"] or 0.0 for r in ok][::-1]
     rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]

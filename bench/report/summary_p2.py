@@ -10,12 +10,12 @@ import re
 
 from bench import store
 from bench.report import fused_add, prose, rmsnorm, tables
-from bench.report.fsdp2 import ARM_ZH
-from bench.report.loss_curve import variant_zh
+from bench.report.fsdp2 import contender_id
+from bench.report.names import OP_LABELS, STEP_LABELS, TRAINING_LABELS, precision_zh, tie
 from bench.report.p1_roofline import ridge_flop_per_byte
-from bench.report.rmsnorm import ZH, vs_best_peer
-from bench.report.step import fused_add_takeaway, geometry_zh, tier_rows, tier_zh
+from bench.report.rmsnorm import vs_best_peer
 from bench.report.step import config as step_config
+from bench.report.step import contender_rows, fused_add_takeaway, geometry_zh
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -73,11 +73,12 @@ def log_outcome(text: str) -> str:
         return "，".join(f"{n} {OUTCOME_ZH[kind]}" for n, kind in counts)
     gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
     if gates:
-        return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
+        return "门限：" + "，".join(prose.glue(precision_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
     gates = re.findall(r"\[fsdp2\] (\w+)/(\w+): (?:gate )?(PASSED|FAILED|ERROR)", text)
     if gates:
         verdicts = {"PASSED": "通过", "FAILED": "未通过", "ERROR": "出错"}
-        return "门限：" + "，".join(prose.glue(f"{variant_zh(v)} {ARM_ZH[a]}", verdicts[g]) for v, a, g in gates)
+        return "门限：" + "，".join(prose.glue(f"{precision_zh(v)} {TRAINING_LABELS[contender_id(a)]}", verdicts[g])
+                                  for v, a, g in gates)
     return ""
 
 
@@ -104,19 +105,19 @@ def _h4096(rms: dict) -> dict:
     return next(s for s in rms["results"]["shapes"] if s["width"] == 4096 and s["dy_layout"] == "contiguous")
 
 
-def _names(tiers) -> str:
+def _names(contenders) -> str:
     """'torch.compile、Liger（全套补丁）', spaced for the CJK word that follows."""
-    return prose.glue(prose.join(tier_zh(t) for t in tiers), "")
+    return prose.glue(prose.join(STEP_LABELS.get(c, c) for c in contenders), "")
 
 
 def _steps(data: dict) -> dict[str, dict]:
-    return {r["tier"]: r for r in tier_rows(data) if r["status"] == "ok"}
+    return {r["contender"]: r for r in contender_rows(data) if r["status"] == "ok"}
 
 
 def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
     points = []
     fwd = vs_best_peer(rms, "fwd")
-    peers = prose.join(dict.fromkeys(ZH[r["peer"]] for r in fwd))
+    peers = prose.join(dict.fromkeys(OP_LABELS[r["peer"]] for r in fwd))
     slow = [r for r in fwd if r["ratio"] < 1]
     fast = [r for r in fwd if r["ratio"] > 1]
     detail = []
@@ -134,7 +135,7 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         text = (f"forward + backward：生产版在全部 {len(both)} 个形状上最快，最快的对手用时是它的 "
                 f"{prose.times_span(r['ratio'] for r in both)} 倍")
     else:
-        text = f"forward + backward：生产版{rmsnorm.compare(both)}"
+        text = f"forward + backward：生产版{rmsnorm.compare(rms, both)}"
     if all(r["hf_ratio"] for r in both):
         text += f"，HF eager 是 {prose.times_span((r['hf_ratio'] for r in both), 1)} 倍"
     points.append(text + "。")
@@ -153,7 +154,7 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
     if base and "triton_fwd" in ok:
         gain = ok["triton_fwd"]["speedup"]
         points.append(f"只换 forward、backward 仍走 autograd：step 是 HF eager 的 {prose.times(gain)}，"
-                      + ("没有收益。" if gain < 1.01 else "收益小于两者都换。"))
+                      + ("没有收益。" if gain < 1 + tie(cfg) else "收益小于两者都换。"))
 
     cfg, res = loss["config"], loss["results"]
     variants = cfg["variants"]
@@ -163,7 +164,7 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         g, c = res[v]["gate"], res[v]["control_gate"]
         control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
                    else f"对照 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{prose.glue(variant_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
+        parts.append(f"{prose.glue(precision_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
     limit = max(res[v]["gate"].get("final_limit", res[v]["gate"]["final_rtol"]) for v in variants)
     points.append(f"loss 曲线：{cfg['steps']} 步，{len(variants)} 种精度设置"
                   + ("都通过门限" if passed else "并未都通过门限")
@@ -176,16 +177,16 @@ def conclusion(rms: dict, step: dict) -> str:
     op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
     ok, cfg = _steps(step), step_config(step)
     base = ok.get(cfg["baseline"])
-    rows_spec = [("HF eager", "hf", "eager"), ("F.rms_norm", "torch_rms_norm", "torch_rmsnorm"),
-                 ("torch.compile(HF)", "compile_hf", "compile"), ("Liger", "liger", "liger"),
-                 ("生产版", "triton", "triton"), ("生产版 + torch.compile", None, "triton_compile")]
+    # (op-level contender, step-level contender) of each row; a row without the op is named by its step
+    rows_spec = [("hf", "eager"), ("torch_rms_norm", "torch_rmsnorm"), ("compile_hf", "compile"), ("liger", "liger"),
+                 ("triton", "triton"), (None, "triton_compile")]
     f = tables.fmt
     rows = []
-    for label, op_name, tier in rows_spec:
+    for op_name, step_name in rows_spec:
         us = op.get(op_name) if op_name else None
-        s = ok.get(tier)
+        s = ok.get(step_name)
         rows.append([
-            label, f(us) if us else "—", prose.times(op["hf"] / us, 1) if us and "hf" in op else "—",
+            OP_LABELS[op_name] if op_name else STEP_LABELS[step_name], f(us) if us else "—", prose.times(op["hf"] / us, 1) if us and "hf" in op else "—",
             f(s["step"], 4) if s else "—", prose.times(s["speedup"]) if s and s["speedup"] else "—",
             f(s["peak"], 3) if s and s["peak"] is not None else "—",
         ])
@@ -196,7 +197,7 @@ def conclusion(rms: dict, step: dict) -> str:
     best = min(peers, key=peers.get)
     ours = op[rmsnorm.config(rms)["ours"]]
     text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
-            f"最快的对手 {ZH[best]} 是 {peers[best] / ours:.2f} 倍")
+            f"最快的对手 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
     mine = ok.get(cfg["ours"])
     if base and mine:
         text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
@@ -208,7 +209,7 @@ def conclusion(rms: dict, step: dict) -> str:
                      f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
         if "triton_compile" in ok and "compile" in ok:
             ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
-            relation = ("持平（相差不到 1%）" if abs(ratio - 1) < 0.01
+            relation = (f"持平（相差不到 {prose.pct(tie(cfg))}）" if abs(ratio - 1) < tie(cfg)
                         else f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1))}")
             text += f"；生产版 + torch.compile 与单独的 torch.compile {relation}"
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
@@ -235,7 +236,7 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
     points = [f"每个“残差加 → RMSNorm”融合成一个 kernel：forward 读写整张量从 {u['fwd']} 遍降到 {f['fwd']} 遍，"
               f"backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
     points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
-    points.append(fused_add_takeaway(step, tier_rows(step)))
+    points.append(fused_add_takeaway(step, contender_rows(step)))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 

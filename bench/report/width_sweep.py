@@ -4,16 +4,15 @@ from __future__ import annotations
 import math
 
 from bench.report import plots, prose, tables
+from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
 from bench.report.ops import copy_ceiling, fastest_peer
-from bench.report.rmsnorm import ZH
 
 NAME = "width_sweep"
-TIE = 0.02  # level with the best peer: within 2 %
 # What the runs before the experiment recorded these used (bench/exp_width_sweep.py then): ours and its
-# peers, the targets (share of the copy ceiling at widths >= target_from_width), and the width above which
-# the backward takes the chunked kernels (rmsnorm_triton.backward_config).
+# peers, the tie rule, the targets (share of the copy ceiling at widths >= target_from_width), and the width
+# above which the backward takes the chunked kernels (rmsnorm_triton.backward_config).
 BEFORE_RECORDED = {"ours": "triton", "peers": ["torch_rms_norm", "compile_hf", "liger", "quack"],
-                   "targets": {"fwd": 0.85, "fwd_bwd": 0.75}, "target_from_width": 1024,
+                   "tie_rule": "within_2pct", "targets": {"fwd": 0.85, "fwd_bwd": 0.75}, "target_from_width": 1024,
                    "chunked_backward_above": 12288}
 
 
@@ -22,7 +21,6 @@ def config(data) -> dict:
     return BEFORE_RECORDED | data["config"]
 
 
-PHASE_ZH = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 BUCKETS = [(256, 1023), (1024, 2047), (2048, 4095), (4096, 8191), (8192, 16384), (16385, None)]
 
 
@@ -55,7 +53,7 @@ def sweep_facts(data) -> dict:
     """What the closing note and the article say about the sweep, from the data.
 
     ``{"widths", "ceiling_gbps", "skipped": {name: reason}, "fwd": {...}, "fwd_bwd": {...}}``; per direction:
-    ``compared`` (widths with ours and a peer), ``level_or_ahead`` (peer ÷ ours >= 1 - TIE), ``behind``
+    ``compared`` (widths with ours and a peer), ``level_or_ahead`` (peer ÷ ours >= 1 - the tie), ``behind``
     (widths, slowest first), ``worst`` ({"width", "ratio", "peer"}: lowest peer ÷ ours, or None),
     ``of_copy`` ([lowest, highest] share of ours), ``target`` and ``misses`` (widths >= target_from_width
     where ours is below the target share), ``unsupported`` (widths where ours raised).
@@ -63,6 +61,7 @@ def sweep_facts(data) -> dict:
     out = {"widths": len(data["results"]["shapes"]), "ceiling_gbps": sweep_ceiling(data["results"])["gbps"],
            "skipped": dict(data["results"].get("skipped", {}))}
     cfg = config(data)
+    level = 1 - tie(cfg)
     for phase, target in cfg["targets"].items():
         rows = per_width(data, phase)
         compared = [r for r in rows if r["ratio"] is not None]
@@ -70,8 +69,8 @@ def sweep_facts(data) -> dict:
         shares = [r["ours"] for r in rows if r["ours"] is not None]
         out[phase] = {
             "compared": len(compared),
-            "level_or_ahead": sum(r["ratio"] >= 1 - TIE for r in compared),
-            "behind": [r["width"] for r in sorted(compared, key=lambda r: r["ratio"]) if r["ratio"] < 1 - TIE],
+            "level_or_ahead": sum(r["ratio"] >= level for r in compared),
+            "behind": [r["width"] for r in sorted(compared, key=lambda r: r["ratio"]) if r["ratio"] < level],
             "worst": {"width": worst["width"], "ratio": worst["ratio"], "peer": worst["peer"]} if worst else None,
             "of_copy": [min(shares), max(shares)] if shares else None,
             "target": target,
@@ -94,19 +93,19 @@ def takeaway(data) -> str:
     for phase in cfg["targets"]:
         f = facts[phase]
         if not f["compared"]:
-            sentences.append(f"{PHASE_ZH[phase]}：没有生产版与对手都有结果的宽度。")
+            sentences.append(f"{PHASES[phase]}：没有生产版与对手都有结果的宽度。")
             continue
         worst = f["worst"]
         ratio = prose.times(worst["ratio"])
-        gap = (f"最差在 H={worst['width']}，比 {ZH[worst['peer']]} 慢 {prose.pct(1 / worst['ratio'] - 1)}（{ratio}）"
-               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{ZH[worst['peer']]} ÷ 生产版 {ratio}）")
+        gap = (f"最差在 H={worst['width']}，比 {OP_LABELS[worst['peer']]} 慢 {prose.pct(1 / worst['ratio'] - 1)}（{ratio}）"
+               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{OP_LABELS[worst['peer']]} ÷ 生产版 {ratio}）")
         target = f"拷贝上限的 {prose.pct(f['target'])}"
         measured = [s["width"] for s in data["results"]["shapes"]
                     if s["width"] >= start and s["width"] not in f["unsupported"]]
         misses = (f"宽度 ≥ {start} 时低于{target}的有 {_widths(f['misses'])}" if f["misses"]
                   else f"宽度 ≥ {start} 时都达到{target}" if measured else "")
-        sentences.append(f"{PHASE_ZH[phase]}：生产版在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
-                         f"对手持平或更快（相差 {prose.pct(TIE)} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
+        sentences.append(f"{PHASES[phase]}：生产版在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
+                         f"对手持平或更快（相差 {prose.pct(tie(cfg))} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
                          + "。")
     unsupported = facts["fwd"]["unsupported"]
     if unsupported:
@@ -146,10 +145,10 @@ def caption(data) -> str:
     text = (f"{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行，共 {len(res['shapes'])} 个宽度。"
             f"每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数；字节按最少计；拷贝上限为本次运行"
             f"测得最快的 4 GiB 设备内拷贝，{sweep_ceiling(res)['gbps']:,.0f} GB/s。最快对手："
-            f"{prose.join(ZH.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个；"
+            f"{prose.join(OP_LABELS.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个；"
             "最差宽度取两个方向里对手 ÷ 生产版最小的一次。")
     if skipped:
-        text += f"未测：{prose.join(ZH.get(n, n) for n in skipped)}（在本机不能运行）。"
+        text += f"未测：{prose.join(OP_LABELS.get(n, n) for n in skipped)}（在本机不能运行）。"
     return text
 
 
@@ -164,10 +163,10 @@ def _plot(data) -> str:
     cfg = config(data)
     names = [n for n in cfg["contenders"] if any(n in s["fwd"] or n in s["fwd_bwd"] for s in shapes)]
     for ax, phase in zip(axes, ("fwd", "fwd_bwd")):
-        for i, name in enumerate(names):
+        for name in names:
             values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else math.nan for s in shapes]
             ax.plot(widths, values, marker="o", markersize=3, linewidth=2.2 if name == cfg["ours"] else 1.2,
-                    label=ZH.get(name, name), color=plots.SERIES_COLORS[i % len(plots.SERIES_COLORS)],
+                    label=OP_LABELS.get(name, name), color=COLOURS[name],
                     zorder=3 if name == cfg["ours"] else 2)
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
         target = cfg["targets"][phase]
@@ -178,7 +177,7 @@ def _plot(data) -> str:
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
         ax.set_ylabel("有效带宽（占拷贝上限 %）")
-        ax.set_title(f"RMSNorm {PHASE_ZH[phase]}，{tables.dtype_short(data['config']['dtype'])}，"
+        ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(data['config']['dtype'])}，"
                      f"{data['config']['rows']} 行", fontsize=10, loc="left")
     ticks = [w for w in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536) if min(widths) <= w <= max(widths)]
     axes[1].set_xticks(ticks, [str(t) for t in ticks])
@@ -195,14 +194,14 @@ def article_sentence(data) -> str:
     cfg = config(data)
     for phase in cfg["targets"]:
         f = facts[phase]
-        parts.append(prose.glue(PHASE_ZH[phase], f"在 {f['level_or_ahead']} 个宽度上与最快的对手持平或更快"))
+        parts.append(prose.glue(PHASES[phase], f"在 {f['level_or_ahead']} 个宽度上与最快的对手持平或更快"))
     text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "生产版的 " + "，".join(parts)
-            + f"（相差 {prose.pct(TIE)} 以内算持平）")
+            + f"（相差 {prose.pct(tie(cfg))} 以内算持平）")
     worst = facts["fwd_bwd"]["worst"]
-    if worst and worst["ratio"] < 1 - TIE:
+    if worst and worst["ratio"] < 1 - tie(cfg):
         chunked = cfg["chunked_backward_above"]
         wide = [w for w in facts["fwd_bwd"]["behind"] if w > chunked]
-        text += (f"；落后最多的是 forward + backward 在 H={worst['width']}，只有 {ZH[worst['peer']]} 速度的 "
+        text += (f"；落后最多的是 forward + backward 在 H={worst['width']}，只有 {OP_LABELS[worst['peer']]} 速度的 "
                  f"{worst['ratio']:.2f}×")
         if wide:
             text += f"，落后的宽度里 {len(wide)} 个宽于 {chunked}"
