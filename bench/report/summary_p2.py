@@ -23,44 +23,6 @@ DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py).
 OPTIONAL_DATA = ("width_sweep", "fused_add")
 
-# Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
-LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log",
-                r"profile-rmsnorm-.*\.log", r"fsdp2-.*\.log", r"bench-sweeps-.*\.log", r"step-.*\.log")
-# Logs named after the commit they ran, described by kind (the file name is only known once the run is done).
-LOG_KINDS = {
-    r"fsdp2-[0-9a-f]{7,40}\.log": "fsdp2.json 那次运行的日志：两卡 FSDP2 训练，HF、对照组、生产版 RMSNorm 与融合残差加 + "
-                                "RMSNorm 逐一训练，每个补丁过 loss 门限",
-}
-LOGS = {
-    "gpu-kernel-tests-42f31f2.log": "kernel 测试（tests/test_rmsnorm_triton.py）在 H200 上的一次运行，随机扫描一项未过",
-    "gpu-tests-85d659c.log": "GPU 全套测试",
-    "gpu-tests-aeb7b6f.log": "GPU 全套测试",
-    "gpu-tests-1a2febb.log": "修正之后的 GPU 测试部分重跑",
-    "gpu-tests-0755db4.log": "GPU 全套测试，rmsnorm 与 tuning 数据所在的提交",
-    "gpu-tests-kernel-f1fc235.log": "kernel、数值验证、补丁、调参与 loss 门限的 GPU 测试",
-    "loss-curve-partial-128145e.log": "loss 曲线的一次不完整运行：设备时间用完，bf16 没有跑完",
-    "loss-curve-constant-lr-85d659c.log": "预热后 lr 保持不变的第一次运行；之后改为余弦衰减",
-    "loss-curve-fixed-gate-b370c8a.log": "固定末段阈值的运行；之后阈值改为参照对照自身的噪声（同一作业也跑了 step 实验）",
-    "loss-curve-6bee182.log": "loss_curve.json 那次运行的日志",
-    "gpu-tests-a63f90f.log": "读者版（两篇精简、方法页、可粘贴的代码块）的 GPU 全套测试，含两篇文章的代码块",
-    "gpu-tests-22ce226.log": "LaunchConfig 与统一计时之后的 GPU 全套测试：3 项失败，都是一个测试把不同 num_warps 下的 rstd/dx 当成逐位相同，已在下一提交修正",
-    "gpu-mutation-int32-offsets-22ce226.log": "变异检查：把 forward 的输出偏移改回 32 位，超过 2^31 个元素的 GPU 测试必须失败（它失败了）",
-    "gpu-tests-057ed76.log": "修正之后的 GPU 全套测试（含两篇文章的代码块与超过 2^31 个元素的测试）",
-    "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
-    "bench-sweeps-a7fb7bb.log": "width_sweep、fused_add、rmsnorm 三个实验那次运行的日志（两卡机器的 GPU 0）；quack 在奇数宽度 "
-                                "16383 上编译失败，记为出错",
-    "step-a7fb7bb.log": "step.json 那次运行的日志（两卡机器的 GPU 1，在 GPU 测试之后）",
-    "gpu-kernel-tests-a7fb7bb.log": "宽度扫描与融合残差加法之后的 kernel、补丁与代码片段 GPU 测试（两卡机器的 GPU 1，与 GPU 0 上的 "
-                                    "benchmark 同时运行）：到 290 秒时限时打出了 296 个结果，295 项通过、1 项失败；"
-                                    "时限截断了 pytest 的汇总，失败的是哪一项日志里没有，其余的测试没有跑",
-    "gpu-tests-b942779.log": "单卡 H200 上的 GPU 全套测试：文档构建、字体和 numpy 2.3.5 的 wheel 没有装上，失败与出错都来自缺包，"
-                             "kernel 测试全部通过；暴露了两处问题（Triton 3.6 的解释器要 numpy 2.3.5；一项测试假定机器没有 GPU）",
-    "gpu-tests-e7f9876.log": "两步分块 backward 之后的 GPU 全套测试（单卡 H200）：2 项失败，都是 test_bench_sweeps 假定 Liger 不可用，"
-                             "而这台机器装了 Liger；已在 9ac2b5e 修正",
-    "gpu-tests-rerun-9ac2b5e.log": "修正之后在 H200 上重跑 tests/test_bench_sweeps.py",
-    "bench-sweeps-9ac2b5e.log": "width_sweep.json 那次运行的日志（单卡 H200，两步分块 backward 之后）；quack 在奇数宽度 16383 上"
-                                "编译失败，记为出错",
-}
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
 
@@ -82,22 +44,23 @@ def log_outcome(text: str) -> str:
     return ""
 
 
-def log_description(name: str) -> str | None:
-    """LOGS[name], or the description of the kind of log ``name`` is (LOG_KINDS)."""
-    return LOGS.get(name) or next((text for kind, text in LOG_KINDS.items() if re.fullmatch(kind, name)), None)
-
-
 def p2_logs(gpu: str) -> list[tuple[str, str]]:
-    """(file, description) of every 篇2 log committed under docs/data/<gpu>/."""
-    folder = store.DATA_DIR / gpu
-    names = sorted(p.name for p in folder.glob("*.log") if any(re.fullmatch(x, p.name) for x in LOG_PATTERNS))
-    missing = [n for n in names if log_description(n) is None]
+    """(file, description) of every log committed under docs/data/<gpu>/: its note in logs.json
+    (``python -m bench.logs add``) and the outcome read from the log itself."""
+    folder = store.gpu_folder(gpu)
+    described = store.load_logs(gpu)
+    names = sorted(p.name for p in folder.glob("*.log"))
+    missing = [n for n in names if n not in described]
     if missing:
-        raise KeyError(f"describe these 篇2 logs in bench/summary_p2.py LOGS: {missing}")
+        raise KeyError(f"describe these logs: python -m bench.logs add docs/data/{gpu}/FILE --kind KIND --note ...: "
+                       f"{missing}")
+    gone = sorted(set(described) - set(names))
+    if gone:
+        raise KeyError(f"docs/data/{gpu}/{store.LOGS_FILE} describes logs that are not there: {gone}")
     out = []
     for name in names:
         outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
-        out.append((name, log_description(name) + (f"（{outcome}）" if outcome else "")))
+        out.append((name, described[name]["note"] + (f"（{outcome}）" if outcome else "")))
     return out
 
 
