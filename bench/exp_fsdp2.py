@@ -36,7 +36,7 @@ overlap of consecutive steps, the same for every contender) and the peak allocat
 training loop (``torch.cuda.max_memory_allocated``, after sharding and building the optimizer).
 
 Launch: ``run()`` starts ``python -m torch.distributed.run --standalone --nproc_per_node 2
--m bench.exp_fsdp2 --worker --out FILE``; rank 0 writes the record, ``run()`` returns it. NCCL
+-m bench.run_all --worker fsdp2 --out FILE``; rank 0 writes the record, ``run()`` returns it. NCCL
 on two GPUs; ``--quick`` without two GPUs runs two CPU processes with gloo under the Triton
 interpreter (``CUDA_VISIBLE_DEVICES=""``, ``TRITON_INTERPRET=1``), so the CPU suite runs the whole path.
 """
@@ -56,6 +56,7 @@ import torch
 
 from bench import ROOT
 from bench.harness import mode, timers
+from bench.harness.record import worker_args
 from bench.harness.loss_gate import (OPTIMIZER, control_norm_class, corpus, gate_with_control, geometry, loss_config,
                                      model_config, rounded)
 from loss_consistency import adamw, batch_starts, cosine_lr, get_batch, train_step
@@ -178,7 +179,7 @@ def train_contender(contender: str, variant: str, cfg: dict, initial: dict, toke
             "step_ms": [r["step_ms"] for r in per_rank]}
 
 
-def worker(quick: bool, out: pathlib.Path) -> None:
+def rank(quick: bool, out: pathlib.Path) -> None:
     """One rank of the torchrun job; rank 0 writes ``{"config", "results"}`` to ``out``."""
     import torch.distributed as dist
     from transformers import Qwen3ForCausalLM
@@ -262,7 +263,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / f"{NAME}.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD_SIZE}",
-                   "-m", "bench.exp_fsdp2", "--worker", "--out", str(out)] + (["--quick"] if where.quick else [])
+                   *worker_args(NAME, "--out", str(out))] + (["--quick"] if where.quick else [])
         print(f"  [fsdp2] {' '.join(command[1:])}", flush=True)
         done = subprocess.run(command, cwd=ROOT, env=env, timeout=TIMEOUT_S[where.quick], check=False)
         if done.returncode or not out.exists():
@@ -271,20 +272,12 @@ def run(args) -> dict:
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def worker(argv) -> int:
+    """One rank of the torchrun job that ``run`` starts: ``python -m torch.distributed.run ... -m bench.run_all
+    --worker fsdp2 --out FILE [--quick]``; rank 0 writes the record to FILE."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all --worker fsdp2", description=worker.__doc__)
+    parser.add_argument("--out", required=True, type=pathlib.Path, help="where rank 0 writes the record")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", action="store_true", help="one rank of the torchrun job (run() starts it)")
-    parser.add_argument("--out", type=pathlib.Path, help="--worker: where rank 0 writes the record")
     args = parser.parse_args(argv)
-    if args.worker:
-        worker(args.quick, args.out)
-        return 0
-    payload = run(args)
-    print(json.dumps({v: {a: r.get("gate", r["status"]) for a, r in payload["results"][v].items()}
-                      for v in payload["config"]["variants"]}, indent=1))
-    return 0 if payload["results"]["passed"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rank(args.quick, args.out)
+    return 0

@@ -27,12 +27,9 @@ is also the residual's gradient, plus w read and dW written. Unfused the same wo
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-
 import torch
 
-from bench.harness import mode, record
+from bench.harness import mode
 from bench.harness.contenders import fused_add_contenders
 from bench.harness.op_timing import add_gbps, fused_add_inputs, large_copy, min_bytes, shape_entry, time_fused_add
 from bench.harness.shapes import BENCH_TOKENS, RMSNORM_SHAPES
@@ -79,10 +76,3 @@ def run(args) -> dict:
               "timer": "median GPU time per call from CUDA-graph replays cycling over input sets >= 4x L2"}
     return {"config": config, "results": results}
 
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    payload = run(parser.parse_args())
-    with contextlib.suppress(Exception):
-        print(record.save(NAME, payload))

@@ -42,8 +42,6 @@ ulp early on end about a percent apart whatever the kernel. A CPU proxy (hidden 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import time
 
 import torch
@@ -112,15 +110,3 @@ def run(args) -> dict:
     results["passed"] = all(results[v]["gate"]["passed"] for v in cfg["variants"])
     return {"config": cfg, "results": results}
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    payload = run(args)
-    print(json.dumps({v: payload["results"][v]["gate"] for v in payload["config"]["variants"]}, indent=1))
-    return 0 if payload["results"]["passed"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,10 +1,9 @@
 """RMSNorm microbenchmark: every contender side by side, forward and forward+backward.
 
     python -m bench.run_all rmsnorm          # on a GPU; writes docs/data/<gpu>/rmsnorm.json
-    python -m bench.exp_rmsnorm              # same, printing the ratio table
 
 Contenders: HF eager Qwen3RMSNorm, torch.nn.functional.rms_norm (fused in
-PyTorch >= 2.11), torch.compile(HF module), Liger-Kernel's LigerRMSNorm
+PyTorch >= 2.11), torch.compile(HF module), Liger-Kernel's functional rms_norm
 (in_place=False: its default writes dX into dY), quack's CuTe-DSL rmsnorm (CUDA
 only: recorded under results["skipped"] with the reason when it cannot be imported),
 the naive one-row-per-program kernel (篇2 §四/§五) and this project's kernel.
@@ -16,12 +15,9 @@ backward reads x, dy and w and writes dx and dW; so forward+backward is
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-
 import torch
 
-from bench.harness import mode, record, timers
+from bench.harness import mode, timers
 from bench.harness.contenders import rmsnorm_contenders
 from bench.harness.op_timing import add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, time_contender
 from bench.harness.shapes import HIDDEN_SIZES, RMSNORM_SHAPES
@@ -97,10 +93,3 @@ def rstd_choice(device, dtype, quick):
                     "bwd_bytes": 3 * rows * width * 2})
     return out
 
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    payload = run(parser.parse_args())
-    with contextlib.suppress(Exception):
-        print(record.save(NAME, payload))

@@ -11,7 +11,7 @@ parameters, sdpa attention, ``use_cache=False``, 8 decoder layers instead of 36
 (full depth at B=4, T=4096 does not fit in memory without activation
 checkpointing), B=4, T=4096, no activation checkpointing.
 
-Contenders (each in a fresh ``python -m bench.exp_step --contender NAME`` process, so that
+Contenders (each in a fresh ``python -m bench.run_all --worker step --contender NAME`` process, so that
 no patch, compile cache in memory or allocator state leaks from one into the next):
 
 * ``eager``           HF as shipped: ``Qwen3RMSNorm`` is unfused Python ops;
@@ -72,6 +72,7 @@ from transformers import Qwen3ForCausalLM
 
 from bench import ROOT
 from bench.harness import mode, timers
+from bench.harness.record import worker_args
 from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -407,7 +408,7 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for index, contender in enumerate(contenders, 1):
             out = pathlib.Path(tmp) / f"{contender}.json"
-            command = [sys.executable, "-m", "bench.exp_step", "--contender", contender, "--out", str(out)]
+            command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
             if args.quick:
                 command.append("--quick")
             left = budget_s - (time.perf_counter() - began)
@@ -444,24 +445,13 @@ def run(args) -> dict:
     return {"config": cfg, "results": results}
 
 
-# ---------------------------------------------------------------- CLI
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--contender", choices=list(CONTENDERS), help="measure one contender (child process mode)")
-    parser.add_argument("--out", type=pathlib.Path, help="child: where to write the contender's JSON")
+def worker(argv) -> int:
+    """One contender in a fresh process (``run`` starts one per contender): measure it, write its record
+    to ``--out``. Started as ``python -m bench.run_all --worker step --contender NAME --out FILE``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all --worker step", description=worker.__doc__)
+    parser.add_argument("--contender", required=True, choices=list(CONTENDERS))
+    parser.add_argument("--out", required=True, type=pathlib.Path, help="where to write the contender's record")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    if args.contender:
-        if args.out is None:
-            parser.error("--contender needs --out")
-        run_child(args.contender, args, args.out)
-        return 0
-    payload = run(args)
-    print(json.dumps({t: {k: v for k, v in r.items() if k in ("status", "median_ms", "peak_gib", "reason")}
-                      for t, r in payload["results"].items()}, indent=1))
+    run_child(args.contender, args, args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,15 +18,13 @@ which each width records (``first_call_s``: the first calls' wall time per conte
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import time
 
 import torch
 
 import rmsnorm_triton
-from bench.harness import mode, record
+from bench.harness import mode
 from bench.harness.contenders import rmsnorm_contenders
 from bench.harness.op_timing import add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, time_contender
 from bench.harness.shapes import BENCH_TOKENS
@@ -133,10 +131,3 @@ def run(args) -> dict:
               "timer": f"median GPU time per call from {REPLAYS} CUDA-graph replays cycling over input sets >= 4x L2"}
     return {"config": config, "results": results}
 
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    payload = run(parser.parse_args())
-    with contextlib.suppress(Exception):
-        print(record.save(NAME, payload))
