@@ -12,7 +12,7 @@
 
 With no data committed yet, (a) and (b) check nothing for missing data; the
 comparison logic is still exercised on fixtures below. The number rule for pages is in
-tests/docs_numbers.py.
+tests/tools/docs_numbers.py.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import re
 import pytest
 
 import bench
+from artifacts import UNIT_LABEL
 from bench import store
 from bench.report import plots, tables
 from bench.report.render import GENERATED_DIR, render_all
@@ -82,8 +83,6 @@ def test_compare_generated_finds_every_kind_of_drift(tmp_path):
         == ([], [], [])
 
 
-# An axis label names its unit in full-width parentheses: "step 时间（ms）", "有效带宽（占拷贝上限 %）".
-UNIT_LABEL = re.compile(r"（[^）]*(ms|µs|%|GB/s|TFLOP/s|FLOP/字节|nats/字节)[^）]*）")
 
 
 def test_plots_are_chinese_glyph_paths_of_the_pinned_font():
@@ -233,22 +232,3 @@ def test_fixtures_pass_the_data_checks():
         assert record["config"]["quick"] is True
         problems = check_record(record, "h200")
         assert "a --quick smoke run is not data" in problems, path
-
-
-def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
-    from bench.report.ops import copy_ceiling
-
-    def shape(nbytes, gbps, graph=True):
-        return {"bytes_fwd": nbytes, "copy_same_bytes": {"gbps": gbps} | ({"calls_per_graph": 12} if graph else {})}
-
-    graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
-                 "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
-    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph",
-                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32,
-                                      "large_copy_timer": "CUDA graph"}
-    # The same 4 GiB copy timed eagerly, when faster, is the ceiling.
-    with_eager = graph_run | {"copy": graph_run["copy"] | {"eager": {"gbps": 4240.0}}}
-    assert copy_ceiling(with_eager)["gbps"] == 4240.0 and copy_ceiling(with_eager)["timer"] == "eager"
-    # A large copy timed eagerly (no CUDA graph) is not compared with graph-timed small copies.
-    eager_run = {"copy": {"gbps": 4250.0, "bytes": 2**32}, "shapes": [shape(10**8, 4400.0, graph=False)]}
-    assert copy_ceiling(eager_run)["gbps"] == 4250.0

@@ -1,4 +1,4 @@
-"""The tuning sweep of bench/exp_tuning.py (篇2 §七), as a --quick CPU run.
+"""bench/exp_tuning.py, the tuning sweep of 篇2 §七, as a --quick CPU run.
 
 The sweep passes each candidate to the shipped wrappers as ``config=``: it
 patches nothing in rmsnorm_triton, and its candidates are candidate_configs'.
