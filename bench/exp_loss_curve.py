@@ -57,8 +57,6 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "loss_curve"
 CONTENDERS = ("hf", "triton", "control")
-LABELS = {"hf": "HF Qwen3RMSNorm", "triton": "Triton RMSNorm", "control": "control: one rounding"}
-VARIANT_LABELS = {"amp": "fp32 weights + bf16 autocast", "bf16": "bf16 weights", "fp32": "fp32"}
 
 
 def run_variant(variant: str, cfg: dict, tokens, device: str, log=print) -> dict:

@@ -35,7 +35,6 @@ from qwen3_configs import qwen3_config, tiny_qwen3_config
 NAME = "p1_roofline"
 GPU_SETUP = {"size": "8B", "batch": 4, "seq_len": 4096, "softmax_batch": 1, "copy_mib": 2048, "matmul": [8192, 8192, 8192]}
 QUICK_SETUP = {"size": "tiny", "batch": 2, "seq_len": 32, "softmax_batch": 1, "copy_mib": 16, "matmul": [256, 256, 256]}
-POINT_ORDER = ["RMSNorm", "RoPE", "SwiGLU", "QKV merge", "Attention softmax"]
 
 
 def ceilings(setup, device, on_gpu):

@@ -3,7 +3,7 @@
 What a *step* is here: ``model.zero_grad(set_to_none=True)``, forward with
 ``labels`` (HF computes the shifted cross-entropy), ``loss.backward()``.
 No optimizer update: it costs the same in every contender and would only dilute the
-differences (this also matches the baseline in /work/shared/README.md).
+differences.
 
 Model: Qwen3-8B layer geometry (hidden 4096, intermediate 12288, 32 heads,
 8 KV heads, head_dim 128, vocab 151936), random init from a config, bf16

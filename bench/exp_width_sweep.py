@@ -13,8 +13,8 @@ width has its error string in that width's ``errors`` and the sweep goes on.
 16384 rows, bf16, eps 1e-6. Timed as in exp_rmsnorm (``harness.op_timing.time_contender``: CUDA-graph
 replays over rotating input sets), bytes from ``harness.op_timing.min_bytes``; the report shows % of the
 run's 4 GiB copy. No eager timer: the budget (about 4 minutes on an H200) goes to the compiles,
-which each width records (``first_call_s``: the first calls' wall time per contender;
-``compiles``: dynamo graphs and Triton kernels of ours built so far).
+which each width records (``first_call_s``: the first calls' wall time per contender, compiles
+included; ``compiles``: the dynamo graphs built so far, two more per width).
 """
 from __future__ import annotations
 
@@ -84,16 +84,6 @@ def selected_widths(quick: bool = False) -> list[int]:
     return widths
 
 
-def _triton_kernels_built() -> int | None:
-    """Compiled variants of ours' kernels so far (None under the interpreter, which compiles nothing)."""
-    try:
-        kernels = (rmsnorm_triton.rms_norm_fwd_kernel, rmsnorm_triton.rms_norm_bwd_kernel,
-                   rmsnorm_triton.dw_reduce_kernel)
-        return sum(len(cache[0]) for k in kernels for cache in k.device_caches.values())
-    except Exception:
-        return None
-
-
 def run(args) -> dict:
     quick, on_gpu, _, device, _ = mode.gpu_or_quick(args, NAME, None, None)
     widths = selected_widths(quick)
@@ -113,8 +103,7 @@ def run(args) -> dict:
                                                          EPS).items():
                 time_contender(entry, name, fn, weight, sets, eager=False, replays=REPLAYS)
             add_gbps(entry)
-            entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
-                                 "triton_kernels_ours": _triton_kernels_built()}
+            entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
             entry["wall_s"] = round(time.perf_counter() - start, 2)
             results["shapes"].append(entry)
             print(f"  H={width}: {entry['wall_s']:.1f} s (total {time.perf_counter() - began:.0f} s)"
