@@ -15,8 +15,9 @@ from bench_fixtures import SMALL_TRACE, quick_run
 # Only a platform without processes (e.g. a WebAssembly build of Python) may skip the runs that start
 # child processes (step, fsdp2); CI never does.
 CAN_SPAWN = sys.platform not in ("emscripten", "wasi") or bool(os.environ.get("CI"))
-# The step contenders a quick run measures: the ones its tables compare (each runs in a child process).
-QUICK_STEP_CONTENDERS = "eager,triton,triton_fused_add"
+# The step contenders a quick run measures, each in a child process: the baseline and the fused add (which
+# runs the most code: the fused patch and its attribution).
+QUICK_STEP_CONTENDERS = "eager,triton_fused_add"
 
 
 def _session_run(name):
@@ -29,7 +30,6 @@ def _session_run(name):
 quick_rmsnorm = _session_run("rmsnorm")
 quick_width_sweep = _session_run("width_sweep")
 quick_fused_add = _session_run("fused_add")
-quick_tuning = _session_run("tuning")
 quick_loss_curve = _session_run("loss_curve")
 quick_p1_roofline = _session_run("p1_roofline")
 quick_p1_compile = _session_run("p1_compile")
