@@ -1,4 +1,8 @@
-"""Experiments that measure on a GPU into docs/data/ and render docs/generated/ (see bench/common.py).
+"""The bench: experiments measure on a GPU into docs/data/, reports render docs/generated/ from it.
+
+* ``bench/exp_<name>.py`` measure (``python -m bench.run_all``), with what they share in bench/harness/;
+* bench/report/ turns the JSON into tables, sentences and plots (``python -m bench.render``);
+* bench/store.py is where the two meet: the records on disk.
 
 Importing ``bench`` sets up the imports of every module in it, once:
 

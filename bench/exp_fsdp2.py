@@ -2,16 +2,16 @@
 
 The same training as bench/exp_loss_curve.py (model geometry, byte tokens of the CPython
 stdlib, seeded window order, AdamW with warm-up and cosine decay, grad-norm clip 1.0, both
-precision settings), but on ``WORLD_SIZE`` processes under FSDP2, one arm after another:
+precision settings), but on ``WORLD_SIZE`` processes under FSDP2, one contender after another:
 
 * ``hf``       transformers' Qwen3 as shipped;
 * ``control``  the loss-curve experiment's control: a correct RMSNorm that rounds once
-  (``exp_loss_curve.control_norm_class``), its final-loss distance from HF is the noise floor;
+  (``harness.loss_gate.control_norm_class``), its final-loss distance from HF is the noise floor;
 * ``triton``   ``patch_qwen3_rmsnorm(TritonQwen3RMSNorm)`` (snippets/qwen3_patch.py);
-* ``fused``    ``patch_qwen3_fused_add_rmsnorm()`` (snippets/qwen3_fused_add_patch.py): residual add +
+* ``triton_fused_add`` ``patch_qwen3_fused_add_rmsnorm()`` (snippets/qwen3_fused_add_patch.py): residual add +
   RMSNorm fused at every add -> norm pair. Recorded as unavailable where that module does not exist.
 
-Each arm patches modeling_qwen3, builds a fresh model with the same seed, loads the same
+Each contender patches modeling_qwen3, builds a fresh model with the same seed, loads the same
 initial weights (one state dict, built once with HF's classes: equal starts whatever a patch
 draws from the RNG), trains, and undoes the patch afterwards. FSDP2: ``fully_shard`` on each
 decoder layer, then on the root ``Qwen3ForCausalLM``; defaults otherwise (parameters resharded
@@ -22,21 +22,21 @@ experiment's own, so each rank does the same arithmetic as the single-GPU run:
 * ``bf16``  bf16 parameters, AdamW state and collectives.
 
 Data: every step draws the global batch of ``batch`` windows from
-``loss_consistency.batch_starts`` (one seed, the same in every arm); rank r trains on rows
+``loss_consistency.batch_starts`` (one seed, the same in every contender); rank r trains on rows
 r, r + WORLD_SIZE, ... of it (DistributedSampler's order, :func:`rank_rows`). Every window has
 ``seq_len - 1`` targets, so the mean over ranks of each rank's mean loss, which is the loss
 recorded, is the global batch's mean loss, and FSDP's averaged gradient is the global batch's.
 
-Gate: ``exp_loss_curve.gate_with_control`` (the loss-curve rule: final loss = mean of the
+Gate: ``harness.loss_gate.gate_with_control`` (the loss-curve rule: final loss = mean of the
 last 50 steps within 0.5 % of HF, or within twice the control's own final difference when
-that is larger; every step within 5 % of HF; all finite), for each patched arm against HF.
+that is larger; every step within 5 % of HF; all finite), for each patched contender against HF.
 
 Per rank: the time of every step (CUDA events, each step waited for: the timing costs the
-overlap of consecutive steps, the same for every arm) and the peak allocated memory of the
+overlap of consecutive steps, the same for every contender) and the peak allocated memory of the
 training loop (``torch.cuda.max_memory_allocated``, after sharding and building the optimizer).
 
 Launch: ``run()`` starts ``python -m torch.distributed.run --standalone --nproc_per_node 2
--m bench.exp_fsdp2 --worker --out FILE``; rank 0 writes the record, ``run()`` returns it. NCCL
+-m bench.run_all --worker fsdp2 --out FILE``; rank 0 writes the record, ``run()`` returns it. NCCL
 on two GPUs; ``--quick`` without two GPUs runs two CPU processes with gloo under the Triton
 interpreter (``CUDA_VISIBLE_DEVICES=""``, ``TRITON_INTERPRET=1``), so the CPU suite runs the whole path.
 """
@@ -54,9 +54,11 @@ import traceback
 
 import torch
 
-from bench import common, prose
-from bench.exp_loss_curve import (OPTIMIZER, control_norm_class, corpus, gate_with_control, geometry, loss_config,
-                                  loss_plot, model_config, rounded, variant_zh)
+from bench import ROOT
+from bench.harness import mode, timers
+from bench.harness.record import worker_args
+from bench.harness.loss_gate import (OPTIMIZER, control_norm_class, corpus, gate_with_control, geometry, loss_config,
+                                     model_config, rounded)
 from loss_consistency import adamw, batch_starts, cosine_lr, get_batch, train_step
 from qwen3_configs import rmsnorm_count
 from qwen3_patch import count_modules, patch_qwen3_rmsnorm
@@ -64,8 +66,8 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "fsdp2"
 WORLD_SIZE = 2
-ARMS = ("hf", "control", "triton", "fused")  # HF and the control first: the gate needs both
-PATCHED = ("triton", "fused")
+CONTENDERS = ("hf", "control", "triton", "triton_fused_add")  # HF and the control first: the gate needs both
+GATED = ("triton", "triton_fused_add")  # held to HF by the gate
 FUSED_MODULE = "qwen3_fused_add_patch"
 TIMEOUT_S = {True: 240, False: 540}  # quick, full: a device job gets 600 s
 TIMING_WARMUP = 10  # steps left out of the median step time (allocator, Triton compilation)
@@ -75,7 +77,7 @@ def fsdp2_config(quick: bool) -> dict:
     """The loss-curve configuration (model, data, lr, gate), shortened to fit one run of a few minutes."""
     cfg = loss_config(quick)
     if quick:
-        cfg.update(steps=4, batch=4, seq_len=32)  # the Triton arms run interpreted: about 1 s a step
+        cfg.update(steps=4, batch=4, seq_len=32)  # the Triton contenders run interpreted: about 1 s a step
     else:
         cfg.update(steps=300, warmup=30)  # batch 32 (16 per rank) x 256 tokens, as in the loss curve
     if cfg["batch"] % WORLD_SIZE:
@@ -96,18 +98,18 @@ def rank_rows(starts: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
 
 
 class Unavailable(Exception):
-    """An arm whose patch does not exist in this checkout."""
+    """A contender whose patch does not exist in this checkout."""
 
 
-def arm_patch(arm: str):
-    """Patch modeling_qwen3 for ``arm``; returns the undo function."""
-    if arm == "hf":
+def contender_patch(contender: str):
+    """Patch modeling_qwen3 for ``contender``; returns the undo function."""
+    if contender == "hf":
         return lambda: None
-    if arm == "control":
+    if contender == "control":
         return patch_qwen3_rmsnorm(control_norm_class())
-    if arm == "triton":
+    if contender == "triton":
         return patch_qwen3_rmsnorm(TritonQwen3RMSNorm)
-    if arm == "fused":
+    if contender == "triton_fused_add":
         try:
             from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
         except ModuleNotFoundError as error:
@@ -115,7 +117,7 @@ def arm_patch(arm: str):
                 raise  # the module exists but is broken: that is a failure, not an absence
             raise Unavailable(f"snippets/{FUSED_MODULE}.py not in this checkout") from error
         return patch_qwen3_fused_add_rmsnorm()
-    raise ValueError(f"unknown arm {arm!r}")
+    raise ValueError(f"unknown contender {contender!r}")
 
 
 def _gather(value) -> list:
@@ -127,21 +129,22 @@ def _gather(value) -> list:
     return out
 
 
-def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, device: str, on_gpu: bool) -> dict:
-    """Train one arm under FSDP2 on this rank's ``rows``; the record every rank agrees on."""
+def train_contender(contender: str, variant: str, cfg: dict, initial: dict, tokens, rows, device: str,
+                    on_gpu: bool) -> dict:
+    """Train one contender under FSDP2 on this rank's ``rows``; the record every rank agrees on."""
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule, fully_shard
     from transformers import Qwen3ForCausalLM
 
     if on_gpu:
-        torch.cuda.empty_cache()  # the previous arm's blocks
-    undo = arm_patch(arm)
+        torch.cuda.empty_cache()  # the previous contender's blocks
+    undo = contender_patch(contender)
     try:
         torch.manual_seed(cfg["seed"])
         model = Qwen3ForCausalLM(model_config(cfg))
-        model.load_state_dict(initial)  # strict: the same parameter names and the same start in every arm
-        if arm == "triton" and count_modules(model, TritonQwen3RMSNorm) != rmsnorm_count(model.config):
-            raise RuntimeError("the Triton arm does not have one TritonQwen3RMSNorm per norm")
+        model.load_state_dict(initial)  # strict: the same parameter names and the same start in every contender
+        if contender == "triton" and count_modules(model, TritonQwen3RMSNorm) != rmsnorm_count(model.config):
+            raise RuntimeError("the Triton contender does not have one TritonQwen3RMSNorm per norm")
         model.to(device=device, dtype=torch.bfloat16 if variant == "bf16" else torch.float32).train()
         for layer in model.model.layers:
             fully_shard(layer)
@@ -158,7 +161,7 @@ def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, de
 
         if on_gpu:
             torch.cuda.reset_peak_memory_stats(device)
-        times_ms = common.call_times_ms([step], cfg["steps"], on_gpu=on_gpu)
+        times_ms = timers.call_times_ms([step], cfg["steps"], on_gpu=on_gpu)
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if on_gpu else None
         local_parameters = sum(p.to_local().numel() for p in model.parameters())
         fsdp_modules = sum(isinstance(m, FSDPModule) for m in model.modules())
@@ -176,12 +179,12 @@ def train_arm(arm: str, variant: str, cfg: dict, initial: dict, tokens, rows, de
             "step_ms": [r["step_ms"] for r in per_rank]}
 
 
-def worker(quick: bool, out: pathlib.Path) -> None:
+def rank(quick: bool, out: pathlib.Path) -> None:
     """One rank of the torchrun job; rank 0 writes ``{"config", "results"}`` to ``out``."""
     import torch.distributed as dist
     from transformers import Qwen3ForCausalLM
 
-    on_gpu = common.gpu_available()
+    on_gpu = mode.gpu_available()
     if on_gpu:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if on_gpu else "gloo")
@@ -196,45 +199,46 @@ def worker(quick: bool, out: pathlib.Path) -> None:
                                   seed=cfg["data_seed"]), rank, world)
     results = {}
     for variant in cfg["variants"]:
-        arms = {}
-        for arm in ARMS:
-            log(f"{variant}/{arm}: {cfg['steps']} steps on {world} ranks")
+        trained = {}
+        for contender in CONTENDERS:
+            log(f"{variant}/{contender}: {cfg['steps']} steps on {world} ranks")
             try:
-                arms[arm] = train_arm(arm, variant, cfg, initial, tokens, rows, device, on_gpu)
+                trained[contender] = train_contender(contender, variant, cfg, initial, tokens, rows, device, on_gpu)
             except Unavailable as why:
-                arms[arm] = {"status": "unavailable", "reason": str(why)}
-                log(f"{variant}/{arm}: unavailable: {why}")
+                trained[contender] = {"status": "unavailable", "reason": str(why)}
+                log(f"{variant}/{contender}: unavailable: {why}")
                 continue
             except Exception as error:  # raised alike on every rank (same code, same shapes): record, go on
-                arms[arm] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
-                log(f"{variant}/{arm}: ERROR {arms[arm]['reason']}\n{traceback.format_exc(limit=-4)}")
-                if arm in ("hf", "control"):
+                trained[contender] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
+                log(f"{variant}/{contender}: ERROR {trained[contender]['reason']}\n{traceback.format_exc(limit=-4)}")
+                if contender in ("hf", "control"):
                     raise  # nothing to gate against
                 continue
-            r = arms[arm]
-            log(f"{variant}/{arm}: final loss {r['losses'][-1]:.4f}, median step "
+            r = trained[contender]
+            log(f"{variant}/{contender}: final loss {r['losses'][-1]:.4f}, median step "
                 + ", ".join(f"{t:.2f}" for t in r["median_step_ms"]) + " ms (per rank)"
                 + (", peak " + ", ".join(f"{p:.2f}" for p in r["peak_gib"]) + " GiB" if on_gpu else ""))
-        hf, control = arms["hf"]["losses"], arms["control"]["losses"]
-        for arm in PATCHED:  # the control's "gate" is its own report against HF: the noise floor
-            if arms[arm]["status"] == "ok":
-                arms[arm]["gate"], arms["control"]["gate"] = gate_with_control(
-                    hf, arms[arm]["losses"], control, cfg["gate"], f"{variant}/{arm}", log)
-        for r in arms.values():
+        hf, control = trained["hf"]["losses"], trained["control"]["losses"]
+        for contender in GATED:  # the control's "gate" is its own report against HF: the noise floor
+            if trained[contender]["status"] == "ok":
+                trained[contender]["gate"], trained["control"]["gate"] = gate_with_control(
+                    hf, trained[contender]["losses"], control, cfg["gate"], f"{variant}/{contender}", log)
+        for r in trained.values():
             if r["status"] == "ok":
                 r["losses"] = rounded(r["losses"])
-        results[variant] = arms
-    gated = [results[v][a] for v in cfg["variants"] for a in PATCHED if results[v][a]["status"] == "ok"]
-    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in ARMS]
+        results[variant] = trained
+    gated = [results[v][a] for v in cfg["variants"] for a in GATED if results[v][a]["status"] == "ok"]
+    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in CONTENDERS]
     results["passed"] = bool(gated) and all(r["gate"]["passed"] for r in gated) and "error" not in statuses
-    results["unavailable"] = sorted({a for v in cfg["variants"] for a in ARMS
+    results["unavailable"] = sorted({a for v in cfg["variants"] for a in CONTENDERS
                                      if results[v][a]["status"] == "unavailable"})
-    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in ARMS if results[v][a]["status"] == "error"]
+    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in CONTENDERS if results[v][a]["status"] == "error"]
     config = model_config(cfg)
     cfg.update(
         geometry=geometry(config), world_size=world, backend=dist.get_backend(),
         nccl=".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None,
-        arms=list(ARMS), optimizer=OPTIMIZER, final_loss=f"mean of the last {cfg['gate']['final_window']} steps",
+        contenders=list(CONTENDERS), gated=list(GATED), optimizer=OPTIMIZER,
+        final_loss=f"mean of the last {cfg['gate']['final_window']} steps",
         sharding=f"fully_shard on each of the {config.num_hidden_layers} decoder layers, then on Qwen3ForCausalLM",
         precision={"amp": "fp32 sharded parameters and AdamW state, bf16 autocast, fp32 collectives",
                    "bf16": "bf16 parameters, AdamW state and collectives"},
@@ -249,9 +253,9 @@ def worker(quick: bool, out: pathlib.Path) -> None:
 
 
 def run(args) -> dict:
-    mode = common.gpu_or_quick(args, NAME, True, False)
-    on_gpu = mode.on_gpu and torch.cuda.device_count() >= WORLD_SIZE
-    if not (on_gpu or mode.quick):
+    where = mode.gpu_or_quick(args, NAME, True, False)
+    on_gpu = where.on_gpu and torch.cuda.device_count() >= WORLD_SIZE
+    if not (on_gpu or where.quick):
         raise RuntimeError(f"{NAME} needs {WORLD_SIZE} CUDA GPUs, found {torch.cuda.device_count()}")
     env = dict(os.environ)
     if not on_gpu:  # two CPU processes, gloo, Triton's interpreter (it must be chosen before triton loads)
@@ -259,149 +263,21 @@ def run(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / f"{NAME}.json"
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD_SIZE}",
-                   "-m", "bench.exp_fsdp2", "--worker", "--out", str(out)] + (["--quick"] if mode.quick else [])
+                   *worker_args(NAME, "--out", str(out))] + (["--quick"] if where.quick else [])
         print(f"  [fsdp2] {' '.join(command[1:])}", flush=True)
-        done = subprocess.run(command, cwd=common.ROOT, env=env, timeout=TIMEOUT_S[mode.quick], check=False)
+        done = subprocess.run(command, cwd=ROOT, env=env, timeout=TIMEOUT_S[where.quick], check=False)
         if done.returncode or not out.exists():
             raise RuntimeError(f"the torchrun job exited with {done.returncode} and "
                                f"{'wrote' if out.exists() else 'did not write'} {out.name}")
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-# ---------------------------------------------------------------- rendering
-
-ARM_ZH = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm", "fused": "融合残差加 + RMSNorm"}
-PLOT_LABELS = {"hf": "HF 原版", "triton": "生产版 RMSNorm", "fused": "融合残差加 + RMSNorm"}
-PLOT_DIFFS = {"control": "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）", "triton": "生产版 RMSNorm − HF",
-              "fused": "融合残差加 + RMSNorm − HF"}
-
-
-VERDICT = {"hf": "基准", "control": "噪声底"}
-STATUS_ZH = {"unavailable": "不可用", "error": "出错"}
-
-
-def _ok(arms: dict) -> list[str]:
-    return [a for a in ARMS if arms[a]["status"] == "ok"]
-
-
-def _where(variant: str, arm: str) -> str:
-    """'bf16 权重下的生产版 RMSNorm'."""
-    return prose.glue(variant_zh(variant), "下的") + ARM_ZH[arm]
-
-
-def article_facts(data: dict) -> dict:
-    """The facts behind 篇2 §六's FSDP2 sentence, all from the data file: what was gated and passed, the
-    largest final-loss difference from HF (and the control's), step time relative to HF, peak memory."""
-    cfg, results, env = data["config"], data["results"], data["environment"]
-    variants = cfg["variants"]
-    gated = [(v, a) for v in variants for a in PATCHED if results[v][a]["status"] == "ok"]
-    worst = max(gated, key=lambda va: results[va[0]][va[1]]["gate"]["final_rel_diff"], default=None)
-    ok = [(v, a) for v in variants for a in ARMS if results[v][a]["status"] == "ok"]
-    return {
-        "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "").replace("NVIDIA ", "") or None,
-        "steps": cfg["steps"], "variants": [variant_zh(v) for v in variants],
-        "arms_gated": [ARM_ZH[a] for a in PATCHED if any(a == b for _, b in gated)],
-        "all_gated": len(gated) == len(PATCHED) * len(variants),
-        "passed": results["passed"],
-        "gate_passed": [_where(v, a) for v, a in gated if results[v][a]["gate"]["passed"]],
-        "failed": [_where(v, a) for v, a in gated if not results[v][a]["gate"]["passed"]],
-        "unavailable": [ARM_ZH[a] for a in results["unavailable"]],
-        "errors": [_where(v, a) for v in variants for a in ARMS if results[v][a]["status"] == "error"],
-        "worst_final_rel_diff": results[worst[0]][worst[1]]["gate"]["final_rel_diff"] if worst else None,
-        "worst": _where(*worst) if worst else None,
-        "control_final_rel_diff": max((results[v]["control"]["gate"]["final_rel_diff"] for v, _ in gated),
-                                      default=None),
-        "step_vs_hf": {_where(v, a): max(results[v][a]["median_step_ms"]) / max(results[v]["hf"]["median_step_ms"])
-                       for v, a in ok if a != "hf"},
-        "peak_gib": {_where(v, a): max(results[v][a]["peak_gib"]) for v, a in ok
-                     if None not in results[v][a]["peak_gib"]},
-    }
-
-
-def takeaway(data: dict) -> str:
-    f = article_facts(data)
-    text = (f"{f['gpus']} 张 {f['gpu']} 上" if f["gpu"] else f"{f['gpus']} 个 CPU 进程") + f"用 FSDP2 训练 {f['steps']} 步"
-    if f["arms_gated"]:
-        if f["all_gated"] and not f["failed"]:
-            text += "，" + prose.glue(prose.join(f["arms_gated"]), f"在 {len(f['variants'])} 种精度设置下都通过 loss 门限")
-        else:
-            text += f"，通过 loss 门限的：{prose.join(f['gate_passed']) or '无'}"
-            text += f"；未通过的：{prose.join(f['failed'])}" if f["failed"] else ""
-        text += (f"；末段 loss 与 HF 最多相差 {prose.pct(f['worst_final_rel_diff'], 3)}（{f['worst']}），"
-                 f"对照组最多 {prose.pct(f['control_final_rel_diff'], 3)}")
-    else:
-        text += "，没有可判定的补丁"
-    if f["errors"]:
-        text += f"；出错：{prose.join(f['errors'])}"
-    if f["unavailable"]:
-        text += f"；{prose.join(f['unavailable'])}不可用"
-    return text + "。"
-
-
-def article_sentence(data: dict) -> str:
-    """篇2 §六's one sentence on FSDP2, linked to the methods page."""
-    f = article_facts(data)
-    where = f"{f['gpus']} 张 {f['gpu']} " if f["gpu"] else f"{f['gpus']} 个 CPU 进程"
-    if f["passed"] and f["all_gated"]:
-        verdict = prose.glue(prose.join(f["arms_gated"]), f"在 {len(f['variants'])} 种精度设置下都通过了同一道 loss 门限")
-        text = f"补丁在多卡训练里同样成立：{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步，{verdict}"
-    else:
-        text = f"{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步：" + takeaway(data).rstrip("。")
-    return text + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
-
-
-def _caption(data: dict) -> str:
-    cfg, results = data["config"], data["results"]
-    m, gate = cfg["geometry"], cfg["gate"]
-    errors = [f"{_where(v, a)}：{results[v][a]['reason']}" for v in cfg["variants"] for a in ARMS
-              if results[v][a]["status"] == "error"]
-    return (f"{cfg['world_size']} 个进程（每卡一个），每个解码层与整个模型各调用一次 fully_shard；Qwen3 "
-            f"{m['num_hidden_layers']} 层，hidden {m['hidden_size']}，字节词表 {m['vocab_size']}；{cfg['steps']} 步，"
-            f"每步全局 B={cfg['batch']}（每卡 {cfg['batch'] // cfg['world_size']}）×T={cfg['seq_len']}，数据、种子、"
-            f"学习率与 loss 曲线实验相同。末段 loss = 最后 {gate['final_window']} 步的均值，末段差是与 HF 的相对差，"
-            f"括号里是末段阈值；逐步最大差是与 HF 同一步 loss 之差的最大绝对值；step 时间取两卡中位数中较大的一个"
-            + "".join(f"。{e}" for e in errors))
-
-
-def render(data: dict) -> dict[str, str]:
-    cfg, results = data["config"], data["results"]
-    f = common.fmt
-    window = cfg["gate"]["final_window"]
-    rows = []
-    for variant in cfg["variants"]:
-        for arm in ARMS:
-            r, name = results[variant][arm], f"{variant_zh(variant)}：{ARM_ZH[arm]}"
-            if r["status"] != "ok":
-                rows.append([name, "—", "—", "—", STATUS_ZH[r["status"]], "—"])
-                continue
-            gate = r.get("gate")  # patched arms: the gate; the control: its own report against HF
-            rel = "—" if gate is None else f"{100 * gate['final_rel_diff']:.3f}" + (
-                f"（{100 * gate['final_limit']:.3f}）" if arm in PATCHED else "")
-            rows.append([name, f(sum(r["losses"][-window:]) / window, 5),
-                         "—" if gate is None else f(gate["max_abs_diff"], 3), rel,
-                         VERDICT.get(arm) or ("通过" if gate["passed"] else "未通过"), f(max(r["median_step_ms"]), 3)])
-    table = common.md_table(["精度设置：实现", "末段 loss（nats/字节）", "与 HF 逐步最大差（nats）",
-                             "末段差（%，阈值）", "判定", "step 时间（ms）"], rows, "lrrrcr")
-    curves = {v: {a: results[v][a]["losses"] for a in _ok(results[v])} for v in cfg["variants"]}
-    return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
-            "fsdp2_sentence.md": article_sentence(data),
-            "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], PLOT_LABELS, PLOT_DIFFS)}
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def worker(argv) -> int:
+    """One rank of the torchrun job that ``run`` starts: ``python -m torch.distributed.run ... -m bench.run_all
+    --worker fsdp2 --out FILE [--quick]``; rank 0 writes the record to FILE."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all --worker fsdp2", description=worker.__doc__)
+    parser.add_argument("--out", required=True, type=pathlib.Path, help="where rank 0 writes the record")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--worker", action="store_true", help="one rank of the torchrun job (run() starts it)")
-    parser.add_argument("--out", type=pathlib.Path, help="--worker: where rank 0 writes the record")
     args = parser.parse_args(argv)
-    if args.worker:
-        worker(args.quick, args.out)
-        return 0
-    payload = run(args)
-    print(json.dumps({v: {a: r.get("gate", r["status"]) for a, r in payload["results"][v].items()}
-                      for v in payload["config"]["variants"]}, indent=1))
-    return 0 if payload["results"]["passed"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rank(args.quick, args.out)
+    return 0

@@ -29,18 +29,20 @@ import time
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
 
-from bench import common, prose
+from bench.harness import mode, timers
+from bench.harness.shapes import BENCH_TOKENS
 from p1_compile_capture import capture_output_code, compile_rmsnorm, generated_kernels, graph_kind, kernel_body
 from p1_fx_trace import DecoderLayerCall
 from p1_profile_step import device_events, load_trace
-from qwen3_configs import BENCH_TOKENS, qwen3_config, tiny_qwen3_config
+from qwen3_configs import qwen3_config, tiny_qwen3_config
 
 NAME = "p1_compile"
 GPU_SETUP = {"size": "8B", "shapes": [[1, 512], [4, 4096]], "rmsnorm": {"hidden": 4096, "rows": BENCH_TOKENS}}
 QUICK_SETUP = {"size": "tiny", "shapes": [[1, 16]], "rmsnorm": {"hidden": 64, "rows": 8}}
 LAUNCH_API = re.compile(r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|GraphLaunch|LaunchCooperativeKernel|ModuleLaunch)",
                         re.IGNORECASE)
-CONTENDERS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
+CONTENDERS = ("eager", "cuda_graph", "compile")  # in table order; eager is the baseline
+BASELINE = "eager"
 EAGER_TIMER = {"warmup_ms": 50, "rep_ms": 400}
 
 
@@ -63,7 +65,7 @@ def _count_launches(fn, on_gpu):
 
 
 def run(args) -> dict:
-    quick, on_gpu, setup, device, dtype = common.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
+    quick, on_gpu, setup, device, dtype = mode.gpu_or_quick(args, NAME, QUICK_SETUP, GPU_SETUP)
     torch.manual_seed(0)
 
     # the RMSNorm code Inductor writes (Triton on a GPU)
@@ -113,7 +115,7 @@ def run(args) -> dict:
         if on_gpu:  # pragma: gpu only
             callables["cuda_graph"] = torch.cuda.make_graphed_callables(DecoderLayerCall(layer), (x, cos, sin))
         entry = {"batch": batch, "seq_len": seq, "tokens": batch * seq, "compile_s": compile_s, "contenders": {}}
-        for name in ("eager", "cuda_graph", "compile"):
+        for name in CONTENDERS:
             if name not in callables:
                 continue
             fn = callables[name]
@@ -125,8 +127,8 @@ def run(args) -> dict:
             def forward_backward():
                 fn(x, cos, sin).backward(dy)
 
-            result = {"fwd": common.eager_time_us(forward, **EAGER_TIMER),
-                      "fwd_bwd": common.eager_time_us(forward_backward, **EAGER_TIMER, grad_to_none=[x] + parameters)}
+            result = {"fwd": timers.eager_time_us(forward, **EAGER_TIMER),
+                      "fwd_bwd": timers.eager_time_us(forward_backward, **EAGER_TIMER, grad_to_none=[x] + parameters)}
             for tensor in [x] + parameters:
                 tensor.grad = None
             result["launches_fwd"] = _count_launches(forward, on_gpu)
@@ -139,7 +141,8 @@ def run(args) -> dict:
         if on_gpu:
             torch.cuda.empty_cache()
 
-    run_config = {**setup, "dtype": str(dtype).replace("torch.", ""), "attention": size_config._attn_implementation,
+    run_config = {**setup, "contenders": list(CONTENDERS), "baseline": BASELINE,
+                  "dtype": str(dtype).replace("torch.", ""), "attention": size_config._attn_implementation,
                   "hidden_size": size_config.hidden_size, "intermediate_size": size_config.intermediate_size,
                   "num_attention_heads": size_config.num_attention_heads,
                   "num_key_value_heads": size_config.num_key_value_heads, "head_dim": size_config.head_dim,
@@ -148,83 +151,3 @@ def run(args) -> dict:
                   "timer": "triton.testing.do_bench median, warmup 50 ms, rep 400 ms, grads reset to None"
                   if on_gpu else "perf_counter"}
     return {"config": run_config, "results": {"rmsnorm": rmsnorm, "layer_kernels": layer_kernels, "shapes": shapes}}
-
-
-# ---------------------------------------------------------------- rendering
-
-GRAPH_ZH = {"forward": "前向", "backward": "反向"}
-
-
-def _caption(data, extra=""):
-    c = data["config"]
-    return prose.caption(
-        f"一个 Qwen3DecoderLayer，Qwen3-{c['size']} 几何，{common.dtype_short(c['dtype'])}，{c['attention']}",
-        "forward 开着 autograd", extra, sep="；")
-
-
-def _contender_rows(data):
-    """(tokens cell, name, label, result, eager result, compile seconds) per shape and contender, eager first."""
-    for entry in data["results"]["shapes"]:
-        contenders = entry["contenders"]
-        for name, label in CONTENDERS.items():
-            if name in contenders:
-                first = name == "eager"
-                tokens = f"{entry['tokens']:,}（B={entry['batch']}，T={entry['seq_len']}）" if first else ""
-                yield tokens, name, label, contenders[name], contenders["eager"], entry["compile_s"]
-
-
-def _before_after_table(data):
-    rows = []
-    for tokens, name, label, c, base, _ in _contender_rows(data):
-        speedup = base["fwd_bwd"]["median_us"] / c["fwd_bwd"]["median_us"]
-        rows.append([tokens, label, common.fmt(c["fwd_bwd"]["median_us"]),
-                     f"{common.fmt(speedup)}×" if name != "eager" else "1×",
-                     c["launches_fwd_bwd"]["kernels"], c["launches_fwd_bwd"]["launch_calls"]])
-    headers = ["每步 token", "实现", "fwd+bwd（µs）", "相对 eager", "GPU kernel 数", "CPU 发射次数"]
-    return common.md_table(headers, rows, align="llrrrr") + _caption(
-        data, "fwd+bwd 含参数与输入的梯度；kernel 数与发射次数取自一次剖析的调用")
-
-
-def _forward_table(data):
-    rows = []
-    for tokens, name, label, c, _, compile_s in _contender_rows(data):
-        rows.append([tokens, label, common.fmt(c["fwd"]["median_us"]), c["launches_fwd"]["kernels"],
-                     c["launches_fwd"]["launch_calls"], f"{compile_s:.0f}" if name == "compile" else ""])
-    headers = ["每步 token", "实现", "forward（µs）", "GPU kernel 数", "CPU 发射次数", "编译耗时（s）"]
-    return common.md_table(headers, rows, align="llrrrr") + _caption(
-        data, "编译耗时含首次 forward + backward；kernel 数与发射次数取自一次剖析的调用")
-
-
-def _layer_kernels_table(data):
-    kernels = data["results"]["layer_kernels"] or {}
-    rows = []
-    for graph in ("forward", "backward"):
-        for k in kernels.get(graph, []):
-            nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
-            rows.append([GRAPH_ZH[graph], f"`{k['name']}`", nodes])
-    last = data["results"]["shapes"][-1]
-    return common.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + prose.caption(
-        f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
-        "矩阵乘与注意力交给 cuBLAS / sdpa，不在表中", "kernel 名里列着融合进去的 ATen 算子", sep="；")
-
-
-def _rmsnorm_code(data, graph):
-    r = data["results"]["rmsnorm"]
-    env = data["environment"]
-    lines = [f"# Generated by torch {env.get('torch')} Inductor for HF Qwen3RMSNorm ({graph}), "
-             f"x: {r['rows']} x {r['hidden']} {data['config']['dtype']}; device: {env.get('gpu') or 'CPU'}"]
-    for k in r["graphs"].get(graph, []):
-        lines.append(f"# kernel {k['name']}" + (f": fuses {', '.join(k['source_nodes'])}" if k["source_nodes"] else ""))
-        lines.append(k["body"].rstrip())
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def render(data: dict) -> dict[str, str]:
-    return {
-        "p1_compile.md": _before_after_table(data),
-        "p1_compile_fwd.md": _forward_table(data),
-        "p1_compile_kernels.md": _layer_kernels_table(data),
-        "p1_inductor_rmsnorm_fwd.txt": _rmsnorm_code(data, "forward"),
-        "p1_inductor_rmsnorm_bwd.txt": _rmsnorm_code(data, "backward"),
-    }

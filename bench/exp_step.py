@@ -1,9 +1,9 @@
-"""Experiment "step": one Qwen3 training step, tier by tier, and the share of it spent in RMSNorm.
+"""Experiment "step": one Qwen3 training step, contender by contender, and the share of it spent in RMSNorm.
 
 What a *step* is here: ``model.zero_grad(set_to_none=True)``, forward with
 ``labels`` (HF computes the shifted cross-entropy), ``loss.backward()``.
-No optimizer update: it costs the same in every tier and would only dilute the
-differences (this also matches the baseline in /work/shared/README.md).
+No optimizer update: it costs the same in every contender and would only dilute the
+differences.
 
 Model: Qwen3-8B layer geometry (hidden 4096, intermediate 12288, 32 heads,
 8 KV heads, head_dim 128, vocab 151936), random init from a config, bf16
@@ -11,7 +11,7 @@ parameters, sdpa attention, ``use_cache=False``, 8 decoder layers instead of 36
 (full depth at B=4, T=4096 does not fit in memory without activation
 checkpointing), B=4, T=4096, no activation checkpointing.
 
-Tiers (each in a fresh ``python -m bench.exp_step --tier NAME`` process, so that
+Contenders (each in a fresh ``python -m bench.run_all --worker step --contender NAME`` process, so that
 no patch, compile cache in memory or allocator state leaks from one into the next):
 
 * ``eager``           HF as shipped: ``Qwen3RMSNorm`` is unfused Python ops;
@@ -25,15 +25,15 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 * ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
   (rope, rms_norm, swiglu, fused linear cross-entropy), applied before the model is built.
 
-Environment knobs: ``BENCH_STEP_TIERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
-bounds the whole run: a tier that would start with less than 30 s left is recorded as skipped.
+Environment knobs: ``BENCH_STEP_CONTENDERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
+bounds the whole run: a contender that would start with less than 30 s left is recorded as skipped.
 
 Timing: CUDA events around each step, median over the timed steps after warm-up.
 Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
 
 RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
 
-* eager tiers: each RMSNorm module's forward runs inside
+* eager contenders: each RMSNorm module's forward runs inside
   ``record_function("rmsnorm_fwd")``; the forward cost is the GPU time of all
   kernels launched inside those ranges. Every autograd node created there has a
   sequence number; the backward nodes carrying the same (sequence number,
@@ -43,14 +43,14 @@ RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
   counter cannot steal a neighbour's node.
 * ``triton_fused_add``: the norms stay HF's Qwen3RMSNorm modules (their forward is
   patched), so the same ranges hold the fused calls; their time includes the residual
-  adds they absorbed (in the other tiers those adds are not RMSNorm time).
-* compiled tiers: Inductor fuses the norm into neighbouring kernels, so no
+  adds they absorbed (in the other contenders those adds are not RMSNorm time).
+* compiled contenders: Inductor fuses the norm into neighbouring kernels, so no
   module boundary survives. Kernels whose name contains "rms_norm" (our Triton
   kernels, kept by name in Inductor's output) are counted; for ``compile`` (HF
   norms fused by Inductor) the share is reported as not separable.
 * Not counted: AccumulateGrad of the norm weights (no kernel: grads are set to None
   every step) and any launch gaps. The Amdahl bound is ``step / (step - rmsnorm)``:
-  the speed-up a zero-time RMSNorm would give that tier.
+  the speed-up a zero-time RMSNorm would give that contender.
 """
 from __future__ import annotations
 
@@ -70,7 +70,9 @@ import torch
 from torch.autograd import DeviceType
 from transformers import Qwen3ForCausalLM
 
-from bench import common, prose
+from bench import ROOT
+from bench.harness import mode, timers
+from bench.harness.record import worker_args
 from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -78,7 +80,7 @@ from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 
 NAME = "step"
 
-TIERS = {
+CONTENDERS = {
     "eager": "HF eager",
     "torch_rmsnorm": "HF + torch F.rms_norm",
     "triton_fwd": "HF + Triton RMSNorm (fwd only)",
@@ -89,7 +91,9 @@ TIERS = {
     "liger": "Liger-Kernel (full Qwen3 patch)",
 }
 COMPILED = {"compile", "triton_compile"}
-BASELINE = "eager"
+BASELINE = "eager"  # every step is compared with HF as shipped
+OURS = "triton"
+TIE_RULE = "within_1pct"  # medians of the timed steps: level within 1 % (bench/report/names.py TIE_RULES)
 CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240}  # others: 150 s
 NORM_KERNEL_NAME = re.compile(r"rms_?norm|dw_reduce", re.IGNORECASE)  # ours, Liger's; Inductor keeps user kernel names
 FUSED_RSQRT_NAME = re.compile(r"^triton_.*rsqrt")  # Inductor kernels holding a norm's forward, fused with neighbours
@@ -116,10 +120,10 @@ def build_config(spec: dict):
     return qwen3_config(spec["size"], **overrides)
 
 
-# ---------------------------------------------------------------- one tier (child process)
+# ---------------------------------------------------------------- one contender (child process)
 
-class TierSkipped(Exception):
-    """The tier cannot run in this environment; the reason is recorded, not raised."""
+class ContenderSkipped(Exception):
+    """The contender cannot run in this environment; the reason is recorded, not raised."""
 
 
 def _torch_rmsnorm_class():
@@ -136,26 +140,26 @@ def _torch_rmsnorm_class():
     return TorchFusedRMSNorm
 
 
-def _install_patch(tier: str, on_gpu: bool) -> dict:
-    """Apply the tier's patch to transformers' modeling_qwen3 (before the model is built)."""
-    if tier in ("eager", "compile"):
+def _install_patch(contender: str, on_gpu: bool) -> dict:
+    """Apply the contender's patch to transformers' modeling_qwen3 (before the model is built)."""
+    if contender in ("eager", "compile"):
         return {"norm_class": "Qwen3RMSNorm"}
-    if tier == "liger":
+    if contender == "liger":
         try:
             from liger_kernel.transformers import apply_liger_kernel_to_qwen3
         except Exception as error:  # not installed on this machine
-            raise TierSkipped(f"liger_kernel not importable: {error!r}") from error
+            raise ContenderSkipped(f"liger_kernel not importable: {error!r}") from error
         if not on_gpu:
-            raise TierSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
+            raise ContenderSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
         options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
-    if tier == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
+    if contender == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
         patch_qwen3_fused_add_rmsnorm()
         return {"norm_class": "Qwen3RMSNorm", "patch": "qwen3_fused_add_patch"}
     norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,
-                "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[tier]
+                "triton": TritonQwen3RMSNorm, "triton_compile": TritonQwen3RMSNorm}[contender]
     patch_qwen3_rmsnorm(norm_cls)  # this process only ever builds this one model
     return {"norm_class": norm_cls.__name__}
 
@@ -176,11 +180,11 @@ def _annotate_norms(model) -> None:
         module.forward = annotated
 
 
-def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
+def measure_contender(contender: str, cfg: dict, device: str, log=print) -> dict:
     on_gpu = device == "cuda"
-    if tier in COMPILED and not on_gpu:
-        raise TierSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
-    info = _install_patch(tier, on_gpu)
+    if contender in COMPILED and not on_gpu:
+        raise ContenderSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
+    info = _install_patch(contender, on_gpu)
     config = build_config(cfg["model"])
     dtype = getattr(torch, cfg["dtype"])
 
@@ -197,7 +201,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
         raise RuntimeError(f"expected {expected} x {info['norm_class']}, found {len(norms)} x {info['norm_classes']}")
     info["parameters"] = sum(p.numel() for p in model.parameters())
 
-    if tier in COMPILED:  # regional compilation: identical layers share one compiled graph
+    if contender in COMPILED:  # regional compilation: identical layers share one compiled graph
         for layer in model.model.layers:
             layer.compile()
         model.model.norm.compile()
@@ -221,24 +225,24 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
     first_loss = step(batches[0]).item()
     first_step_s = time.perf_counter() - start
     log(f"first step {first_step_s:.1f} s (includes compilation / JIT), loss {first_loss:.5f}")
-    for _ in range(cfg["warmup"] - 1 + (tier in COMPILED)):  # one more after compiling (lazy backward)
+    for _ in range(cfg["warmup"] - 1 + (contender in COMPILED)):  # one more after compiling (lazy backward)
         step(batches[1])
     sync()
 
     # Timed steps.
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    step_ms = common.call_times_ms([lambda b=b: step(b) for b in batches], cfg["timed_steps"], on_gpu)
+    step_ms = timers.call_times_ms([lambda b=b: step(b) for b in batches], cfg["timed_steps"], on_gpu)
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None
     median_ms = statistics.median(step_ms)
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
 
     # One more step under the profiler, for the RMSNorm share.
-    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=tier not in COMPILED,
+    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=contender not in COMPILED,
                               on_gpu=on_gpu)
-    profile["method"] = ("module ranges + autograd sequence numbers" if tier not in COMPILED
-                         else "kernel names" if tier == "triton_compile" else "not separable")
-    if tier == "compile":
+    profile["method"] = ("module ranges + autograd sequence numbers" if contender not in COMPILED
+                         else "kernel names" if contender == "triton_compile" else "not separable")
+    if contender == "compile":
         profile["rmsnorm_ms"] = None  # Inductor fused HF's norm into its neighbours
     rms = profile["rmsnorm_ms"]
     log(f"RMSNorm per step: {rms} ms of {profile['device_ms']:.1f} ms device time")
@@ -255,7 +259,7 @@ def measure_tier(tier: str, cfg: dict, device: str, log=print) -> dict:
         tokens_per_s=cfg["batch"] * cfg["seq_len"] / (median_ms / 1e3),
         profile=profile,
     )
-    if tier in COMPILED:
+    if contender in COMPILED:
         from torch._dynamo.utils import counters
 
         result["dynamo"] = {"graph_breaks": sum(counters["graph_break"].values()),
@@ -356,7 +360,7 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
             named_rmsnorm_kernels=sorted({k.name for k in named}),
             fused_rsqrt_ms=sum(k.time_range.elapsed_us() for k in kernels if FUSED_RSQRT_NAME.search(k.name)) / 1e3,
         )
-        if not regions:  # compiled tiers: only the kernel names are left
+        if not regions:  # compiled contenders: only the kernel names are left
             result["rmsnorm_ms"] = result["named_rmsnorm_ms"]
     else:
         result.update(device_ms=sum(e.cpu_time_total for e in forward_windows + backward_windows) / 1e3,
@@ -364,16 +368,16 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
     return result
 
 
-def run_child(tier: str, args, out: pathlib.Path) -> None:
-    _, _, cfg, device, _ = common.gpu_or_quick(args, NAME, step_config(True), step_config(False))
+def run_child(contender: str, args, out: pathlib.Path) -> None:
+    _, _, cfg, device, _ = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False))
 
     def log(message):
-        print(f"  [step:{tier}] {message}", flush=True)
+        print(f"  [step:{contender}] {message}", flush=True)
 
-    record = {"tier": tier, "label": TIERS[tier]}
+    record = {"contender": contender, "label": CONTENDERS[contender]}
     try:
-        record.update(measure_tier(tier, cfg, device, log=log), status="ok")
-    except TierSkipped as reason:
+        record.update(measure_contender(contender, cfg, device, log=log), status="ok")
+    except ContenderSkipped as reason:
         record.update(status="skipped", reason=str(reason))
         log(f"skipped: {reason}")
     except Exception as error:
@@ -382,317 +386,72 @@ def run_child(tier: str, args, out: pathlib.Path) -> None:
     out.write_text(json.dumps(record), encoding="utf-8")
 
 
-# ---------------------------------------------------------------- all tiers (parent process)
+# ---------------------------------------------------------------- all contenders (parent process)
 
-def selected_tiers() -> list[str]:
-    wanted = os.environ.get("BENCH_STEP_TIERS")
+def selected_contenders() -> list[str]:
+    wanted = os.environ.get("BENCH_STEP_CONTENDERS")
     if not wanted:
-        return list(TIERS)
-    tiers = [t.strip() for t in wanted.split(",") if t.strip()]
-    unknown = sorted(set(tiers) - set(TIERS))
+        return list(CONTENDERS)
+    contenders = [t.strip() for t in wanted.split(",") if t.strip()]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
-        raise ValueError(f"unknown tiers {unknown}; choose from {list(TIERS)}")
-    return tiers
+        raise ValueError(f"unknown contenders {unknown}; choose from {list(CONTENDERS)}")
+    return contenders
 
 
 def run(args) -> dict:
-    cfg = common.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
-    tiers = selected_tiers()
-    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all tiers; a device job gets 600 s
+    cfg = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
+    contenders = selected_contenders()
+    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all contenders; a device job gets 600 s
     began = time.perf_counter()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for index, tier in enumerate(tiers, 1):
-            out = pathlib.Path(tmp) / f"{tier}.json"
-            command = [sys.executable, "-m", "bench.exp_step", "--tier", tier, "--out", str(out)]
+        for index, contender in enumerate(contenders, 1):
+            out = pathlib.Path(tmp) / f"{contender}.json"
+            command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
             if args.quick:
                 command.append("--quick")
             left = budget_s - (time.perf_counter() - began)
             if left < 30:
-                results[tier] = {"tier": tier, "label": TIERS[tier], "status": "skipped",
+                results[contender] = {"contender": contender, "label": CONTENDERS[contender], "status": "skipped",
                                  "reason": f"time budget of {budget_s:.0f} s used up"}
-                print(f" step tier {index}/{len(tiers)}: {tier} skipped (time budget)", flush=True)
+                print(f" step contender {index}/{len(contenders)}: {contender} skipped (time budget)", flush=True)
                 continue
-            print(f" step tier {index}/{len(tiers)}: {tier} ({left:.0f} s of budget left)", flush=True)
+            print(f" step contender {index}/{len(contenders)}: {contender} ({left:.0f} s of budget left)", flush=True)
             start = time.perf_counter()
-            timeout = min(CHILD_TIMEOUT_S.get(tier, 150), left)
+            timeout = min(CHILD_TIMEOUT_S.get(contender, 150), left)
             try:
-                subprocess.run(command, cwd=common.ROOT, timeout=timeout, check=False)
+                subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
                 record = json.loads(out.read_text(encoding="utf-8"))
             except subprocess.TimeoutExpired:
-                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
                           "reason": f"timed out after {timeout:.0f} s"}
             except (OSError, ValueError) as error:  # the child died before writing its record
-                record = {"tier": tier, "label": TIERS[tier], "status": "error",
+                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
                           "reason": f"child process wrote no result: {error!r}"}
             record["wall_s"] = round(time.perf_counter() - start, 1)
-            results[tier] = record
+            results[contender] = record
     model = build_config(cfg["model"])
     cfg["geometry"] = {k: getattr(model, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
-    cfg.update(step=STEP_DEFINITION, attention="sdpa", tiers=tiers, budget_s=budget_s,
+    cfg.update(step=STEP_DEFINITION, attention="sdpa", contenders=contenders, baseline=BASELINE, ours=OURS,
+               tie_rule=TIE_RULE,
+               budget_s=budget_s,
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
                timing="CUDA events per step, median of the timed steps after warm-up",
                rmsnorm_share=("profiler: module record_function ranges (forward) + autograd sequence "
-                              "numbers (backward); compiled tiers: kernel names"))
+                              "numbers (backward); compiled contenders: kernel names"))
     return {"config": cfg, "results": results}
 
 
-# ---------------------------------------------------------------- rendering
-
-def _summary(data: dict) -> list[dict]:
-    rows = []
-    results = data["results"]
-    base = results.get(BASELINE, {})
-    base_ms = base.get("median_ms") if base.get("status") == "ok" else None
-    for tier, record in results.items():
-        row = {"tier": tier, "label": record.get("label", TIERS.get(tier, tier)), "status": record["status"]}
-        if record["status"] == "ok":
-            step = record["median_ms"]
-            rms = record["profile"].get("rmsnorm_ms")
-            row.update(step=step, lo=record["min_ms"], hi=record["max_ms"], peak=record.get("peak_gib"),
-                       loss=record.get("loss"), tokens_per_s=record.get("tokens_per_s"),
-                       speedup=base_ms / step if base_ms else None, rms=rms,
-                       share=rms / step if rms is not None else None,
-                       without=step - rms if rms is not None else None,
-                       bound=step / (step - rms) if rms is not None and rms < step else None,
-                       method=record["profile"].get("method"))
-        else:
-            row["reason"] = record.get("reason", "")
-        rows.append(row)
-    return rows
-
-
-TIER_ZH = {
-    "eager": "HF eager",
-    "torch_rmsnorm": "HF + F.rms_norm",
-    "triton_fwd": "生产版（只换 forward）",
-    "triton": "生产版（forward + backward）",
-    "triton_fused_add": "生产版 + 融合残差加法",
-    "compile": "torch.compile",
-    "triton_compile": "生产版 + torch.compile",
-    "liger": "Liger（全套补丁）",
-}
-FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
-SMALL_SHARE = 0.05  # RMSNorm under 5 % of a step: fusing more into it cannot move the step much
-FUSES_MORE = {"triton_fused_add", "compile", "triton_compile", "liger"}  # tiers that fuse more than RMSNorm
-
-
-def tier_zh(tier: str) -> str:
-    return TIER_ZH.get(tier, tier)
-
-
-def geometry_zh(data: dict) -> str:
-    """'Qwen3-8B 几何、8 层'."""
-    cfg = data["config"]
-    return f"Qwen3-{cfg['model']['size']} 几何、{cfg.get('geometry', {}).get('num_hidden_layers')} 层"
-
-
-def _caption(data: dict) -> str:
-    cfg = data["config"]
-    g = cfg.get("geometry", {})
-    return (f"{geometry_zh(data)}（hidden {g.get('hidden_size')}、intermediate {g.get('intermediate_size')}、"
-            f"head_dim {g.get('head_dim')}、词表 {g.get('vocab_size')}），B={cfg['batch']}，T={cfg['seq_len']}，"
-            f"{cfg['dtype']}，{cfg.get('attention', 'sdpa')} 注意力，激活检查点"
-            f"{'开' if cfg['activation_checkpointing'] else '关'}；一步 = zero_grad + 带 labels 的 forward + backward，"
-            f"不含优化器更新；CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。")
-
-
-def _ok(rows: list[dict]) -> dict[str, dict]:
-    return {r["tier"]: r for r in rows if r["status"] == "ok"}
-
-
-def fused_add_relation(fused: dict, ours: dict) -> str:
-    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add tier's step against the plain Triton tier's.
-
-    Within 1 % is a tie; a larger gap inside both tiers' min–max ranges is said to be within the noise.
-    """
-    ratio = fused["step"] / ours["step"]
-    if abs(ratio - 1) < 0.01:
-        return "与生产版持平（相差不到 1%）"
-    text = f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
-    if fused["lo"] <= ours["hi"] and ours["lo"] <= fused["hi"]:
-        text += "，但仍在两档各自的波动区间之内"
-    return text
-
-
-def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
-    """One sentence: the fused-add tier's step against the plain Triton tier, and how much RMSNorm weighs."""
-    ok = _ok(rows)
-    fused, ours = ok.get(FUSED_ADD), ok.get("triton")
-    if not fused or not ours:
-        missing = [t for t in (FUSED_ADD, "triton") if t not in ok]
-        verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
-        return f"{geometry_zh(data)}的一步训练：{prose.join(tier_zh(t) for t in missing)}这一档{verb}。"
-    f = common.fmt
-    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
-            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours)}")
-    if ours["rms"] is not None and fused["rms"] is not None:
-        text += (f"；生产版的一步里 RMSNorm 占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms），融合后 RMSNorm "
-                 f"连同被融合的加法占 {prose.pct(fused['share'], 1)}（{f(fused['rms'], 3)} ms）")
-        if ours["share"] < SMALL_SHARE:
-            text += "，step 层面能省的本来就不多"
-    return text + "。"
-
-
-def fused_add_step(data: dict, rows: list[dict]) -> str:
-    """The fused residual add at step level: the takeaway and a table of HF eager, Triton, Triton + fused add."""
-    ok = _ok(rows)
-    ours = ok.get("triton")
-    f = common.fmt
-    body = []
-    for tier in (BASELINE, "triton", FUSED_ADD):
-        r = ok.get(tier)
-        if r:
-            body.append([tier_zh(tier), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
-                         prose.times(r["speedup"]) if r["speedup"] else "—",
-                         prose.times(ours["step"] / r["step"]) if ours else "—"])
-    table = common.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "相对生产版"], body, "lrrrr")
-    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + _caption(data),
-                      fused_add_takeaway(data, rows))
-
-
-def _step_takeaway(data: dict, rows: list[dict]) -> str:
-    ok = _ok(rows)
-    base, ours = ok.get(BASELINE), ok.get("triton")
-    if not base or not ours:
-        return f"{geometry_zh(data)}的一步训练：HF eager 或生产版这一档没有跑成，见表。"
-    f = common.fmt
-    verb = "降到" if ours["step"] < base["step"] else "变成"
-    parts = [f"{geometry_zh(data)}的一步训练：生产版（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
-             f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
-    if "torch_rmsnorm" in ok:
-        parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
-    if "triton_fwd" in ok:
-        fwd = ok["triton_fwd"]["speedup"]
-        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1.01 else "收益小于两者都换"))
-    if FUSED_ADD in ok:
-        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
-                     + fused_add_relation(ok[FUSED_ADD], ours))
-    faster = [t for t in ("compile", "triton_compile", "liger") if t in ok and ok[t]["step"] < ours["step"] * 0.99]
-    if faster:
-        parts.append(prose.join(prose.glue(tier_zh(t), prose.times(ok[t]["speedup"])) for t in faster)
-                     + " 都更快：它们融合的不止 RMSNorm")
-    return "；".join(parts) + "。"
-
-
-def _share_takeaway(data: dict, rows: list[dict]) -> str:
-    ok = _ok(rows)
-    base, ours = ok.get(BASELINE), ok.get("triton")
-    if not base or base["rms"] is None:
-        return "RMSNorm 在一步中的占比：HF eager 这一档没有测到，见表。"
-    f = common.fmt
-    text = (f"HF eager 的一步里 RMSNorm 占 {prose.pct(base['share'], 1)}（{f(base['rms'])} ms），"
-            f"即使它不花时间，一步的加速上限也只有 {prose.times(base['bound'], 3)}（Amdahl）")
-    if ours and ours["rms"] is not None:
-        verb = "降到" if ours["share"] < base["share"] else "反而升到"
-        text += f"；换成生产版后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
-    fwd = ok.get("triton_fwd")
-    if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
-        text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"
-    fused = ok.get(FUSED_ADD)
-    if fused and fused["rms"] is not None:
-        text += f"；融合残差加法后占 {prose.pct(fused['share'], 1)}（{f(fused['rms'])} ms，含被融合的加法）"
-    return text + "。"
-
-
-def render(data: dict) -> dict[str, str]:
-    rows = _summary(data)
-    f = common.fmt
-
-    step_rows, detail_rows = [], []
-    for r in rows:
-        if r["status"] != "ok":
-            step_rows.append([tier_zh(r["tier"]), f"未运行：{r['status']}", "—", "—", "—"])
-            detail_rows.append([tier_zh(r["tier"]), "—", "—"])
-            continue
-        step_rows.append([
-            tier_zh(r["tier"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
-            prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
-        ])
-        detail_rows.append([tier_zh(r["tier"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
-    step_table = common.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "峰值显存（GiB）"],
-                                 step_rows, "lrrrr")
-    cfg = data["config"]
-    detail_table = common.md_table(["档位", "tokens/s", "第一步 loss"], detail_rows, "lrr")
-
-    share_rows = []
-    for r in rows:
-        if r["status"] != "ok":
-            continue
-        if r["rms"] is None:
-            share_rows.append([tier_zh(r["tier"]), f(r["step"], 4), "分不开（被 Inductor 融合）", "—", "—", "—"])
-            continue
-        share_rows.append([
-            tier_zh(r["tier"]), f(r["step"], 4), f(r["rms"], 3), prose.pct(r["share"], 1), f(r["without"], 4),
-            prose.times(r["bound"], 3) if r["bound"] else "—",
-        ])
-    share_table = common.md_table(["档位", "step（ms）", "RMSNorm（ms / step）", "RMSNorm 占比", "RMSNorm 为零时（ms）",
-                                   "Amdahl 上限"], share_rows, "lrrrrr")
-
-    skipped = [f"{tier_zh(r['tier'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
-    not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
-    return {
-        "step_time.md": prose.page(step_table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
-                                   _step_takeaway(data, rows)),
-        "step_detail.md": prose.page(detail_table, f"tokens/s = B×T ÷ step 中位数（一步 {cfg['batch'] * cfg['seq_len']} 个 "
-                                     "token）；第一步 loss：同一随机初始化、同一批数据上的交叉熵，各档位应几乎相同。"),
-        "step_rmsnorm_share.md": prose.page(
-            share_table,
-            "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
-            "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
-            + (f"{tier_zh(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
-            + _caption(data), _share_takeaway(data, rows)),
-        "step_fused_add.md": fused_add_step(data, rows),
-        "step_time.svg": _plot(rows, data),
-    }
-
-
-
-
-def _plot(rows: list[dict], data: dict) -> str:
-    plt = common.plot_style()
-    ok = [r for r in rows if r["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
-    labels = [TIER_ZH.get(r["tier"], r["label"]) for r in ok][::-1]
-    y = list(range(len(ok)))
-    rms = [r["rms"] or 0.0 for r in ok][::-1]
-    rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]
-    ax.barh(y, rest, color=common.PASTEL_LINE["blue"], label="其余部分")
-    ax.barh(y, rms, left=rest, color=common.PASTEL_LINE["pink"], label="RMSNorm（profiler 实测）")
-    for yi, r in zip(y, ok[::-1]):
-        note = "" if r["rms"] is not None else "（RMSNorm 已被融合，无法单独计时）"
-        ax.text(r["step"], yi, f"  {r['step']:.0f} ms{note}", va="center", fontsize=9, color="#777777")
-    ax.set_yticks(y, labels)
-    ax.set_xlabel("训练 step 时间（ms，中位数；越短越好）")
-    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.45)
-    ax.grid(axis="y", visible=False)
-    ax.legend(loc="lower right", fontsize=8)
-    cfg = data["config"]
-    ax.set_title(f"Qwen3 {cfg['model']['size']} 的层形状，{cfg['model']['num_hidden_layers']} 层，"
-                 f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward", fontsize=10)
-    return common.svg_of(fig)
-
-
-# ---------------------------------------------------------------- CLI
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=list(TIERS), help="measure one tier (child process mode)")
-    parser.add_argument("--out", type=pathlib.Path, help="child: where to write the tier's JSON")
+def worker(argv) -> int:
+    """One contender in a fresh process (``run`` starts one per contender): measure it, write its record
+    to ``--out``. Started as ``python -m bench.run_all --worker step --contender NAME --out FILE``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all --worker step", description=worker.__doc__)
+    parser.add_argument("--contender", required=True, choices=list(CONTENDERS))
+    parser.add_argument("--out", required=True, type=pathlib.Path, help="where to write the contender's record")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    if args.tier:
-        if args.out is None:
-            parser.error("--tier needs --out")
-        run_child(args.tier, args, args.out)
-        return 0
-    payload = run(args)
-    print(json.dumps({t: {k: v for k, v in r.items() if k in ("status", "median_ms", "peak_gib", "reason")}
-                      for t, r in payload["results"].items()}, indent=1))
+    run_child(args.contender, args, args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

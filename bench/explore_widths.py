@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import multiprocessing
 import pathlib
 import re
@@ -38,14 +37,18 @@ import time
 
 import torch
 
-from bench import common
+from bench.harness import mode, record, timers
+from bench.harness.contenders import liger_fused_add_rms_norm, liger_rms_norm, optional_contender
+from bench.harness.op_timing import time_contender, time_fused_add
+from bench.harness.shapes import SWEEP_WIDTHS
 
 ROWS = 16384
 QUICK_ROWS = 16
 EPS = 1e-6
 DTYPE = torch.bfloat16
 QUICK_FUSED_WIDTHS = [300, 9000]
-DEVICE = "cuda" if common.gpu_available() else "cpu"  # cpu: --quick under the interpreter
+STEM = "explore-widths-{commit}"  # record.save puts the run's commit in the file name
+DEVICE = "cuda" if mode.gpu_available() else "cpu"  # cpu: --quick under the interpreter
 
 
 def _kernels():
@@ -118,11 +121,9 @@ def _compile_worker(jobs):
             elif kind == "bwd":
                 rt.rms_norm_backward(x, x, w, rstd, config=config)
             elif kind == "liger":  # compiles on its first call (a launch)
-                from bench.exp_fused_add import liger
-
                 leaves = [torch.randn_like(x).requires_grad_() for _ in range(2)]
                 weight = torch.nn.Parameter(w.clone())
-                torch.autograd.grad(liger()(*leaves, weight, EPS), leaves + [weight],
+                torch.autograd.grad(liger_fused_add_rms_norm()(*leaves, weight, EPS), leaves + [weight],
                                     (x.normal_(), x))
         except Exception as error:  # recorded again (with the message) by the timing loop
             print(f"compile {kind} {width} {config}: {error}"[:300], flush=True)
@@ -141,7 +142,7 @@ def precompile(jobs, workers):
 # ---------------------------------------------------------------- timing
 
 def _time(fns):
-    return common.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
+    return timers.cuda_graph_time_us(fns, min_calls=8, replays=6)["median_us"]
 
 
 def _timed(fields, fns):
@@ -159,10 +160,8 @@ def _best(entries):
 
 def explore_fused(width, rows, quick, with_liger):
     """Every explored config of the fused kernels, and the unfused path and Liger."""
-    from bench.exp_fused_add import liger, time_pair
-
     rt, rf = _kernels()
-    sets_n = 1 if quick else common.rotating_input_sets(4 * rows * width * 2, DEVICE)
+    sets_n = 1 if quick else mode.rotating_input_sets(4 * rows * width * 2, DEVICE)
     gen = torch.Generator(device=DEVICE).manual_seed(width)
     sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
                   for _ in range(4)) for _ in range(sets_n)]  # x, residual, dy, ds
@@ -196,11 +195,11 @@ def explore_fused(width, rows, quick, with_liger):
                   "unfused": lambda x, r: _unfused(rt, x, r, weight)}
     if with_liger:
         try:
-            contenders["liger"] = functools.partial(_liger_pair, liger(), weight)
+            contenders["liger"] = functools.partial(_liger_pair, liger_fused_add_rms_norm(), weight)
         except Exception as error:
             e2e["errors"]["liger"] = repr(error)[:300]
     for name, contender in contenders.items():
-        time_pair(e2e, name, contender, weight, pairs, replays=6)
+        time_fused_add(e2e, name, contender, weight, pairs, replays=6)
     entry["autograd"] = {phase: {k: v["median_us"] for k, v in e2e[phase].items()}
                          for phase in ("fwd", "fwd_bwd")} | {"errors": e2e["errors"]}
     return entry
@@ -217,10 +216,8 @@ def _unfused(rt, x, r, weight):
 
 def explore_plain(width, rows, quick, with_peers):
     """Every plain candidate, forward and backward separately, and the peers."""
-    from bench.exp_rmsnorm import liger_rms_norm, optional_contender, time_contender
-
     rt, _ = _kernels()
-    sets_n = 1 if quick else common.rotating_input_sets(2 * rows * width * 2, DEVICE)
+    sets_n = 1 if quick else mode.rotating_input_sets(2 * rows * width * 2, DEVICE)
     gen = torch.Generator(device=DEVICE).manual_seed(width)
     sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
                   for _ in range(2)) for _ in range(sets_n)]
@@ -328,7 +325,7 @@ def _compile_entry(module, inputs, grads):
             outputs = outputs if isinstance(outputs, tuple) else (outputs,)
             torch.autograd.grad(outputs, leaves + [module.weight], grads)
         try:
-            entry[mode] = {"fwd_bwd_do_bench_us": common.eager_time_us(step)["median_us"],
+            entry[mode] = {"fwd_bwd_do_bench_us": timers.eager_time_us(step)["median_us"],
                            "fwd_bwd_kernels_us": _kernel_time_us(step)}
         except Exception as error:
             entry[mode] = {"error": repr(error)[:300]}
@@ -368,26 +365,23 @@ def main():
         raise RuntimeError("explore_widths needs a CUDA GPU; use --quick for the CPU smoke test")
     args.out.mkdir(parents=True, exist_ok=True)
     rows = QUICK_ROWS if args.quick else ROWS
-    payload = {"experiment": "explore_widths", "environment": common.environment(),
-               "config": {"quick": args.quick, "rows": rows, "dtype": "bfloat16", "eps": EPS,
+    payload = {"config": {"quick": args.quick, "rows": rows, "dtype": "bfloat16", "eps": EPS,
                           "timer": "median GPU time per call from CUDA-graph replays (8 calls "
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
                "results": {"fused": [], "plain": [], "cluster": []}}
     results = payload["results"]
-    path = args.out / f"explore_widths{('-' + args.tag) if args.tag else ''}.json"
+    stem = STEM + (f"-{args.tag}" if args.tag else "")
 
-    def save():
-        path.write_text(json.dumps(payload, indent=1))
+    def save():  # after every width: a run cut short keeps what it measured
+        record.save("explore_widths", payload, args.out, stem=stem)
 
     if args.compile_only:
         results["compile"] = compile_timing(rows, modules=args.modules.split(","))
         save()
         return
-    from bench.exp_width_sweep import WIDTHS
-
     fused_widths = (_widths(args.fused_widths) if args.fused_widths is not None
-                    else QUICK_FUSED_WIDTHS if args.quick else list(WIDTHS))
+                    else QUICK_FUSED_WIDTHS if args.quick else list(SWEEP_WIDTHS))
     plain_widths, liger_widths = _widths(args.widths), set(_widths(args.liger_widths))
     if DEVICE == "cuda" and not args.no_precompile:
         jobs = [(kind, width, config) for width in fused_widths
@@ -402,7 +396,7 @@ def main():
     if args.precompile_only:
         return
     began = time.perf_counter()
-    results["copy"] = common.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE,
+    results["copy"] = timers.copy_bandwidth(2 * 2**30 if DEVICE == "cuda" else 2**20, DEVICE,
                                             "eager")
     for width in fused_widths:
         if time.perf_counter() - began > args.budget_s:

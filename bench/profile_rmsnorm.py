@@ -12,8 +12,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench import common
-from qwen3_configs import RMSNORM_SHAPES
+from bench.harness import timers
+from bench.harness.shapes import RMSNORM_SHAPES
 from rmsnorm_naive_autograd import naive_rms_norm
 from rmsnorm_triton import rms_norm
 
@@ -36,7 +36,7 @@ def kernel_us_per_call(fn, calls=20):
 
 def host_us_per_call(fn, calls=200):
     """Host time per call, no synchronisation between calls: what the CPU needs to issue one call
-    (not a GPU timer, so not one of bench.common's)."""
+    (not a GPU timer, so not one of bench/harness/timers.py's)."""
     fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -64,7 +64,7 @@ def main():
                 norm(xg, w).backward(dy)
 
             for phase, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-                bench = common.eager_time_us(fn, rep_ms=200)["median_us"]
+                bench = timers.eager_time_us(fn, rep_ms=200)["median_us"]
                 kernel, per_kernel = kernel_us_per_call(fn)
                 host = host_us_per_call(fn)
                 top = ", ".join(f"{k}={v:.1f}" for k, v in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:4])

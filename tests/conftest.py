@@ -2,8 +2,9 @@
 
 The Triton backend is chosen *before* triton is imported: without a CUDA GPU,
 kernels run under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors.
-Tests import the snippet modules and ``bench`` at top level: pyproject.toml's
-``pythonpath`` puts ``snippets/`` and the repository root on ``sys.path``.
+Tests import the snippet modules, ``bench`` and the tools of tests/tools/ at top level:
+pyproject.toml's ``pythonpath`` puts ``snippets/``, the repository root and ``tests/tools/``
+on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per report.
 """
 import os
 import sys

@@ -10,7 +10,7 @@
   so no code block on a page scrolls sideways.
 * Mermaid diagrams use the one HF pastel palette and only the classes it defines.
 * The palette is the same in docs/assets/stylesheets/palette.css,
-  docs/assets/mermaid/hf-pastel.mmd and bench/common.py.
+  docs/assets/mermaid/hf-pastel.mmd and bench/report/names.py.
 """
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def test_mermaid_uses_the_palette(page):
 
 
 def test_palette_is_defined_once_and_agrees_everywhere():
-    from bench import common
+    from bench.report import names
 
     classes = palette_classes()
     assert set(classes) == {"decision", "library", "triton", "warn", "data", "plain"}
@@ -228,9 +228,9 @@ def test_palette_is_defined_once_and_agrees_everywhere():
     for name, (fill, stroke) in classes.items():
         colour = by_colour[name]
         assert css_vars[colour] == fill and css_vars[f"{colour}-LINE"] == stroke, name
-        if colour.lower() in common.PASTEL_FILL:
-            assert common.PASTEL_FILL[colour.lower()].upper() == fill, f"bench/common.py {colour}"
-            assert common.PASTEL_LINE[colour.lower()].upper() == stroke, f"bench/common.py {colour}"
+        if colour.lower() in names.PASTEL_FILL:
+            assert names.PASTEL_FILL[colour.lower()].upper() == fill, f"bench/report/names.py {colour}"
+            assert names.PASTEL_LINE[colour.lower()].upper() == stroke, f"bench/report/names.py {colour}"
 
 
 # ------------------------------------------------------------------ the mkdocs hook

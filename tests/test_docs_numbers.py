@@ -1,4 +1,4 @@
-"""Pages type no benchmark-like number (the rule lives in tests/docs_numbers.py)."""
+"""Pages type no benchmark-like number (the rule lives in tests/tools/docs_numbers.py)."""
 from __future__ import annotations
 
 import pytest

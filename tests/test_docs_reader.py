@@ -1,7 +1,7 @@
 """Rules for the reader's edition of the two articles (the methods pages may say more).
 
 * Length: the Han characters of prose of each article stay under a limit
-  (``tests/prose_count.py``, limits in its ``LIMITS``).
+  (``tests/tools/prose_count.py``, limits in its ``LIMITS``).
 * No machinery: an article, with its includes expanded (code and generated tables too),
   names no commit hash, log file, ``PERF_LOG``, ``pragma`` or ``CI``, and carries no HTML
   comment other than the test markers (``pytest-codeblocks``, ``pytest.mark``) and
@@ -70,7 +70,7 @@ def test_article_prose_length(page):
     print(f"\n{page}: {count} Han characters of prose (limit {limit})")
     if count > limit:
         pytest.fail(f"{page}: {count} Han characters of prose, limit {limit} "
-                    f"({count - limit} over; python tests/prose_count.py {page})", pytrace=False)
+                    f"({count - limit} over; python tests/tools/prose_count.py {page})", pytrace=False)
 
 
 def test_every_article_has_a_limit():

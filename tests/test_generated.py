@@ -12,7 +12,7 @@
 
 With no data committed yet, (a) and (b) check nothing for missing data; the
 comparison logic is still exercised on fixtures below. The number rule for pages is in
-tests/docs_numbers.py.
+tests/tools/docs_numbers.py.
 """
 from __future__ import annotations
 
@@ -22,12 +22,15 @@ import re
 
 import pytest
 
-from bench import common
-from bench.render import render_all
+import bench
+from artifacts import UNIT_LABEL
+from bench import store
+from bench.report import plots, tables
+from bench.report.render import GENERATED_DIR, render_all
 
-ROOT = common.ROOT
+ROOT = bench.ROOT
 DOCS = ROOT / "docs"
-GENERATED = common.GENERATED_DIR
+GENERATED = GENERATED_DIR
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 # Files under docs/generated/ written by something other than bench.render, and the test that checks each.
@@ -80,8 +83,6 @@ def test_compare_generated_finds_every_kind_of_drift(tmp_path):
         == ([], [], [])
 
 
-# An axis label names its unit in full-width parentheses: "step 时间（ms）", "有效带宽（占拷贝上限 %）".
-UNIT_LABEL = re.compile(r"（[^）]*(ms|µs|%|GB/s|TFLOP/s|FLOP/字节|nats/字节)[^）]*）")
 
 
 def test_plots_are_chinese_glyph_paths_of_the_pinned_font():
@@ -90,24 +91,24 @@ def test_plots_are_chinese_glyph_paths_of_the_pinned_font():
     no character the font lacks (matplotlib would take that glyph from another font)."""
     from matplotlib import ft2font
 
-    charmap = ft2font.FT2Font(str(common.cjk_font_path())).get_charmap()
-    plots = sorted(GENERATED.glob("*.svg"))
-    assert plots
-    for path in plots:
+    charmap = ft2font.FT2Font(str(plots.cjk_font_path())).get_charmap()
+    svgs = sorted(GENERATED.glob("*.svg"))
+    assert svgs
+    for path in svgs:
         svg = path.read_text(encoding="utf-8")
         assert "<text" not in svg and "font-family" not in svg, f"{path.name}: text must be glyph paths"
         assert 'id="NotoSansSC-Regular-' in svg and "DejaVu" not in svg, f"{path.name}: glyphs of another font"
-        texts = common.svg_texts(svg)
+        texts = plots.svg_texts(svg)
         assert any(UNIT_LABEL.search(t) for t in texts), f"{path.name}: no axis label with its unit"
         assert any(re.search(r"[\u4e00-\u9fff]", t) for t in texts), f"{path.name}: no Chinese text"
         missing = sorted({c for t in texts for c in t if not c.isspace() and ord(c) not in charmap})
-        assert not missing, f"{path.name}: characters missing from {common.FONT_FILE}: {missing}"
+        assert not missing, f"{path.name}: characters missing from {plots.FONT_FILE}: {missing}"
 
 
 def test_plots_fail_clearly_without_the_font(monkeypatch):
-    monkeypatch.setattr(common, "FONT_MODULE", "no_such_font_package")
-    with pytest.raises(RuntimeError, match=common.FONT_PACKAGE):
-        common.plot_style()
+    monkeypatch.setattr(plots, "FONT_MODULE", "no_such_font_package")
+    with pytest.raises(RuntimeError, match=plots.FONT_PACKAGE):
+        plots.plot_style()
 
 
 def test_an_installed_copy_of_the_family_cannot_replace_the_pinned_file(monkeypatch):
@@ -116,28 +117,28 @@ def test_an_installed_copy_of_the_family_cannot_replace_the_pinned_file(monkeypa
 
     from matplotlib import font_manager
 
-    pinned = common.cjk_font_path()
+    pinned = plots.cjk_font_path()
     manager = font_manager.fontManager
     impostor = dataclasses.replace(font_manager.ttfFontProperty(font_manager.get_font(font_manager.findfont(
         "DejaVu Sans"))), name=font_manager.FontProperties(fname=pinned).get_name())
     monkeypatch.setattr(manager, "ttflist", [impostor] + manager.ttflist)
-    plt = common.plot_style()
+    plt = plots.plot_style()
     assert pathlib.Path(font_manager.findfont(font_manager.FontProperties(family=plt.rcParams["font.family"]))) \
         == pinned
     assert impostor not in manager.ttflist
 
 
-def _experiment_modules():
-    from bench.render import experiment_modules
+def _report_modules():
+    from bench.report.render import report_modules
 
-    return {m.NAME: m for m in experiment_modules()}
+    return {m.NAME: m for m in report_modules()}
 
 
 @pytest.mark.parametrize("name", ["step", "loss_curve"])
 def test_render_is_deterministic_and_labelled(name):
     """Render a committed fixture (a --quick CPU run) twice: same bytes, a table with a Chinese header and no
     environment footer (the page's 实验环境 box has it), labelled axes."""
-    module = _experiment_modules()[name]
+    module = _report_modules()[name]
     data = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
     first, second = module.render(data), module.render(json.loads(json.dumps(data)))
     assert first == second
@@ -150,7 +151,7 @@ def test_render_is_deterministic_and_labelled(name):
             assert "GPU:" not in text, f"{rel}: the environment goes in the article's env box, not under a table"
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and "</svg>" in text
-            assert any(UNIT_LABEL.search(t) for t in common.svg_texts(text)), f"{rel}: axis units missing"
+            assert any(UNIT_LABEL.search(t) for t in plots.svg_texts(text)), f"{rel}: axis units missing"
         else:
             pytest.fail(f"unexpected artifact type {rel}")
 
@@ -169,17 +170,20 @@ def test_no_generated_table_carries_an_environment_footer():
 def test_env_box_and_provenance_table_build_from_environment_blocks():
     data = json.loads((FIXTURES / "step.json").read_text(encoding="utf-8"))
     env = data["environment"]
-    box = common.env_box([env], extra_keys=("liger_kernel",))
+    box = tables.env_box([env], extra_keys=("liger_kernel",))
     assert box.startswith('!!! info "实验环境"\n\n    GPU：')
     assert f" · transformers：{env['transformers']} · " in box and box.endswith(f" · 测量日期：{env['date'][:10]}\n")
-    table = common.provenance_table({"step.json": data})
+    table = tables.provenance_table({"step.json": data})
     assert f"| `step.json` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
 
 
 # ---------------------------------------------------------------- (b) data files
 
 def _data_files():
-    return sorted((DOCS / "data").rglob("*.json")) if (DOCS / "data").exists() else []
+    """Every record under docs/data/ (logs.json, the log index, is no record)."""
+    if not (DOCS / "data").exists():
+        return []
+    return sorted(p for p in (DOCS / "data").rglob("*.json") if p.name != store.LOGS_FILE)
 
 
 def check_record(record: dict, gpu_folder: str) -> list[str]:
@@ -228,22 +232,3 @@ def test_fixtures_pass_the_data_checks():
         assert record["config"]["quick"] is True
         problems = check_record(record, "h200")
         assert "a --quick smoke run is not data" in problems, path
-
-
-def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
-    from bench.exp_rmsnorm import copy_ceiling
-
-    def shape(nbytes, gbps, graph=True):
-        return {"bytes_fwd": nbytes, "copy_same_bytes": {"gbps": gbps} | ({"calls_per_graph": 12} if graph else {})}
-
-    graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
-                 "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
-    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph",
-                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32,
-                                      "large_copy_timer": "CUDA graph"}
-    # The same 4 GiB copy timed eagerly, when faster, is the ceiling.
-    with_eager = graph_run | {"copy": graph_run["copy"] | {"eager": {"gbps": 4240.0}}}
-    assert copy_ceiling(with_eager)["gbps"] == 4240.0 and copy_ceiling(with_eager)["timer"] == "eager"
-    # A large copy timed eagerly (no CUDA graph) is not compared with graph-timed small copies.
-    eager_run = {"copy": {"gbps": 4250.0, "bytes": 2**32}, "shapes": [shape(10**8, 4400.0, graph=False)]}
-    assert copy_ceiling(eager_run)["gbps"] == 4250.0

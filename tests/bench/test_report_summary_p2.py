@@ -1,29 +1,30 @@
-"""篇2's generated tables and sentences (bench/exp_{rmsnorm,tuning,step,loss_curve}.py, bench/summary_p2.py).
+"""bench/report/summary_p2.py and 篇2's generated tables (the rmsnorm, tuning, step and loss_curve reports).
 
 * every table has at most 6 columns and a Chinese header, and no environment footer;
 * every table the article shows starts with a takeaway sentence computed from the data;
 * the key points and the conclusion say what the committed data says (numbers recomputed here
   from the raw JSON, independently of the render code);
-* the comparison words follow the data: the same code says 慢 when ours is slower;
-* every GPU log of 篇2 under docs/data/h200/ is described in the provenance table.
+* a log's outcome is read from the log; the fused add page's 要点 box follows its data.
 """
 from __future__ import annotations
 
-import copy
 import re
 
 import pytest
 
-from bench import common, exp_loss_curve, exp_rmsnorm, exp_step, exp_tuning, prose, summary_p2
+from artifacts import CJK, tables
+from bench import store
+from bench.report import loss_curve, rmsnorm, step, summary_p2, tuning
+from bench.report.tables import fmt
+from bench_fixtures import fixture, fused_times
 
-P2_EXPERIMENTS = (exp_rmsnorm, exp_tuning, exp_step, exp_loss_curve)
+P2_REPORTS = (rmsnorm, tuning, step, loss_curve)
 ARTICLE = ("rmsnorm_fwd.md", "rmsnorm_fwdbwd.md", "rmsnorm_naive.md", "step_time.md", "step_rmsnorm_share.md",
            "loss_curve.md", "p2_conclusion.md")
-CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _have_data() -> bool:
-    return all(common.data_path(n).exists() for n in summary_p2.DATA)
+    return all(store.data_path(n).exists() for n in summary_p2.DATA)
 
 
 pytestmark = pytest.mark.skipif(not _have_data(), reason="篇2 data not committed")
@@ -31,24 +32,16 @@ pytestmark = pytest.mark.skipif(not _have_data(), reason="篇2 data not committe
 
 @pytest.fixture(scope="module")
 def data():
-    return {n: common.load(n) for n in summary_p2.DATA}
+    return {n: store.load(n) for n in summary_p2.DATA}
 
 
 @pytest.fixture(scope="module")
 def artifacts(data):
     out = {}
-    for module in P2_EXPERIMENTS:
+    for module in P2_REPORTS:
         out.update(module.render(data[module.NAME]))
-    out.update(summary_p2.render_summary(common.load))
+    out.update(summary_p2.render_summary(store.load))
     return {name: text for name, text in out.items() if name.endswith(".md")}
-
-
-def tables(text: str) -> list[list[str]]:
-    """The header cells of every markdown table in ``text``."""
-    lines = text.splitlines()
-    separator = re.compile(r"\|(\s*:?-+:?\s*\|)+")
-    return [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line, below in zip(lines, lines[1:]) if line.startswith("|") and separator.fullmatch(below.strip())]
 
 
 def test_every_p2_table_is_narrow_with_a_chinese_header(artifacts, data):
@@ -126,35 +119,7 @@ def test_conclusion_table(artifacts, data):
     assert last.split("|")[2].strip() == "—"  # no op-level number for a whole-model setting
     assert "全套补丁" in text  # the Liger step row is the full Qwen3 patch, and the caption says so
     tiers = data["step"]["results"]
-    assert f"{common.fmt(tiers['triton']['median_ms'], 4)} ms" in text.split("\n\n")[0]
-
-
-def test_comparison_words_follow_the_data():
-    rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
-            {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
-    text = exp_rmsnorm.compare_sentence(rows)
-    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平" in text
-    assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
-    assert "全部" in exp_rmsnorm.compare_sentence([dict(r, ratio=1.5) for r in rows])
-
-
-def test_takeaway_turns_when_ours_gets_slower(data):
-    rms = copy.deepcopy(data["rmsnorm"])
-    for s in rms["results"]["shapes"]:  # make ours three times slower than every peer in forward + backward
-        slowest = max(v["median_us"] for n, v in s["fwd_bwd"].items() if n != "triton")
-        s["fwd_bwd"]["triton"]["median_us"] = 3 * slowest
-    sentence = exp_rmsnorm.render(rms)["rmsnorm_fwdbwd.md"].split("\n\n")[0]
-    assert "慢" in sentence and "快于" not in sentence
-
-
-def test_every_p2_log_is_described():
-    gpu = common.DEFAULT_GPU
-    logs = dict(summary_p2.p2_logs(gpu))
-    on_disk = {p.name for p in (common.DATA_DIR / gpu).glob("*.log")}
-    assert set(summary_p2.LOGS) <= on_disk, "LOGS describes a file that is gone"
-    by_kind = {n for n in on_disk if any(re.fullmatch(k, n) for k in summary_p2.LOG_KINDS)}
-    assert set(logs) == set(summary_p2.LOGS) | by_kind
-    assert "1 失败" in logs["gpu-kernel-tests-42f31f2.log"]
+    assert f"{fmt(tiers['triton']['median_ms'], 4)} ms" in text.split("\n\n")[0]
 
 
 def test_log_outcome_parsing():
@@ -170,13 +135,6 @@ def test_log_outcome_parsing():
     assert summary_p2.log_outcome("no summary here") == ""
 
 
-def test_logs_named_after_their_commit_are_described_by_kind():
-    assert summary_p2.log_description("fsdp2-1a2b3c4.log") == summary_p2.LOG_KINDS[r"fsdp2-[0-9a-f]{7,40}\.log"]
-    assert summary_p2.log_description("fsdp2-notacommit.log") is None
-    assert summary_p2.log_description("loss-curve-6bee182.log") == summary_p2.LOGS["loss-curve-6bee182.log"]
-    assert any(re.fullmatch(p, "fsdp2-1a2b3c4.log") for p in summary_p2.LOG_PATTERNS)
-
-
 def test_ridge_sentence_reads_papers_one_data():
     roofline = {"environment": {"gpu": "NVIDIA H200"},
                 "results": {"ceilings": {"matmul": {"tflops": 634.4}, "copy": {"gbps": 4000.0}},
@@ -185,9 +143,11 @@ def test_ridge_sentence_reads_papers_one_data():
         "H200 的屋脊点实测约为 159 FLOP/字节（篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
 
 
-def test_prose_helpers():
-    assert prose.pct_span([0.855, 0.951]) == "86%–95%"
-    assert prose.pct_span([0.951, 0.95]) == "95%"
-    assert prose.times_span([1.111, 2.109]) == "1.11–2.11"
-    assert prose.glue("autocast", "下") == "autocast 下" and prose.glue("Liger（全套补丁）", "下") == "Liger（全套补丁）下"
-    assert prose.page("| a |\n", "说明", "结论。") == "结论。\n\n| a |\n\n*说明*\n"
+def test_fused_add_keypoints_box(quick_fused_add):
+    box = summary_p2.fused_add_keypoints(fused_times(quick_fused_add, 1.2), fixture("step"))
+    lines = box.splitlines()
+    assert lines[:2] == ['!!! abstract "要点"', ""] and all(line.startswith("    - ") for line in lines[2:])
+    assert len(lines[2:]) == 5 and all(line.endswith("。") for line in lines[2:])
+    assert "从 5 遍降到 4 遍" in lines[2] and "从 6 遍降到 4 遍" in lines[2]
+    assert lines[3].startswith("    - 单算子 forward 按字节") and "单算子与最快的对手" in lines[5]
+    assert "把残差加法也融合进 RMSNorm" in lines[6] and "比生产版" in lines[6]

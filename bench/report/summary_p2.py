@@ -1,6 +1,6 @@
 """Artifacts of 篇2 that read several data files: environment, provenance, key points, conclusion.
 
-``render_summary(load)`` is called by ``bench/render.py`` with ``load(name) -> data`` (it raises
+``render_summary(load)`` is called by ``bench/report/render.py`` with ``load(name) -> data`` (it raises
 when a data file is missing, and the whole summary is then skipped). Every number and every
 comparison word below is computed from the data, so the prose cannot drift from the tables.
 """
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 
-from bench import common, prose
-from bench.exp_fsdp2 import ARM_ZH
-from bench.exp_loss_curve import variant_zh
-from bench.exp_rmsnorm import PEERS, ZH, compare_sentence, vs_best_peer
-from bench.exp_fused_add import PASSES, gain_parts
-from bench.exp_step import BASELINE, _summary, fused_add_takeaway, geometry_zh, tier_zh
+from bench import store
+from bench.report import fused_add, prose, rmsnorm, tables
+from bench.report.fsdp2 import contender_id
+from bench.report.names import OP_LABELS, STEP_LABELS, TRAINING_LABELS, precision_zh, tie
+from bench.report.p1_roofline import ridge_flop_per_byte
+from bench.report.rmsnorm import vs_best_peer
+from bench.report.step import config as step_config
+from bench.report.step import contender_rows, fused_add_takeaway, geometry_zh
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -21,44 +23,6 @@ DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py).
 OPTIONAL_DATA = ("width_sweep", "fused_add")
 
-# Logs under docs/data/<gpu>/ that belong to 篇2, by file-name pattern; each needs a description in LOGS.
-LOG_PATTERNS = (r"gpu-tests-.*\.log", r"gpu-kernel-tests-.*\.log", r"gpu-mutation-.*\.log", r"loss-curve-.*\.log",
-                r"profile-rmsnorm-.*\.log", r"fsdp2-.*\.log", r"bench-sweeps-.*\.log", r"step-.*\.log")
-# Logs named after the commit they ran, described by kind (the file name is only known once the run is done).
-LOG_KINDS = {
-    r"fsdp2-[0-9a-f]{7,40}\.log": "fsdp2.json 那次运行的日志：两卡 FSDP2 训练，HF、对照组、生产版 RMSNorm 与融合残差加 + "
-                                "RMSNorm 逐一训练，每个补丁过 loss 门限",
-}
-LOGS = {
-    "gpu-kernel-tests-42f31f2.log": "kernel 测试（tests/test_rmsnorm_triton.py）在 H200 上的一次运行，随机扫描一项未过",
-    "gpu-tests-85d659c.log": "GPU 全套测试",
-    "gpu-tests-aeb7b6f.log": "GPU 全套测试",
-    "gpu-tests-1a2febb.log": "修正之后的 GPU 测试部分重跑",
-    "gpu-tests-0755db4.log": "GPU 全套测试，rmsnorm 与 tuning 数据所在的提交",
-    "gpu-tests-kernel-f1fc235.log": "kernel、数值验证、补丁、调参与 loss 门限的 GPU 测试",
-    "loss-curve-partial-128145e.log": "loss 曲线的一次不完整运行：设备时间用完，bf16 没有跑完",
-    "loss-curve-constant-lr-85d659c.log": "预热后 lr 保持不变的第一次运行；之后改为余弦衰减",
-    "loss-curve-fixed-gate-b370c8a.log": "固定末段阈值的运行；之后阈值改为参照对照自身的噪声（同一作业也跑了 step 实验）",
-    "loss-curve-6bee182.log": "loss_curve.json 那次运行的日志",
-    "gpu-tests-a63f90f.log": "读者版（两篇精简、方法页、可粘贴的代码块）的 GPU 全套测试，含两篇文章的代码块",
-    "gpu-tests-22ce226.log": "LaunchConfig 与统一计时之后的 GPU 全套测试：3 项失败，都是一个测试把不同 num_warps 下的 rstd/dx 当成逐位相同，已在下一提交修正",
-    "gpu-mutation-int32-offsets-22ce226.log": "变异检查：把 forward 的输出偏移改回 32 位，超过 2^31 个元素的 GPU 测试必须失败（它失败了）",
-    "gpu-tests-057ed76.log": "修正之后的 GPU 全套测试（含两篇文章的代码块与超过 2^31 个元素的测试）",
-    "profile-rmsnorm-5a06cc3.log": "bench/profile_rmsnorm.py 的输出：每个形状的 do_bench 时间、kernel 时间与主机开销",
-    "bench-sweeps-a7fb7bb.log": "width_sweep、fused_add、rmsnorm 三个实验那次运行的日志（两卡机器的 GPU 0）；quack 在奇数宽度 "
-                                "16383 上编译失败，记为出错",
-    "step-a7fb7bb.log": "step.json 那次运行的日志（两卡机器的 GPU 1，在 GPU 测试之后）",
-    "gpu-kernel-tests-a7fb7bb.log": "宽度扫描与融合残差加法之后的 kernel、补丁与代码片段 GPU 测试（两卡机器的 GPU 1，与 GPU 0 上的 "
-                                    "benchmark 同时运行）：到 290 秒时限时打出了 296 个结果，295 项通过、1 项失败；"
-                                    "时限截断了 pytest 的汇总，失败的是哪一项日志里没有，其余的测试没有跑",
-    "gpu-tests-b942779.log": "单卡 H200 上的 GPU 全套测试：文档构建、字体和 numpy 2.3.5 的 wheel 没有装上，失败与出错都来自缺包，"
-                             "kernel 测试全部通过；暴露了两处问题（Triton 3.6 的解释器要 numpy 2.3.5；一项测试假定机器没有 GPU）",
-    "gpu-tests-e7f9876.log": "两步分块 backward 之后的 GPU 全套测试（单卡 H200）：2 项失败，都是 test_bench_sweeps 假定 Liger 不可用，"
-                             "而这台机器装了 Liger；已在 9ac2b5e 修正",
-    "gpu-tests-rerun-9ac2b5e.log": "修正之后在 H200 上重跑 tests/test_bench_sweeps.py",
-    "bench-sweeps-9ac2b5e.log": "width_sweep.json 那次运行的日志（单卡 H200，两步分块 backward 之后）；quack 在奇数宽度 16383 上"
-                                "编译失败，记为出错",
-}
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
 
@@ -71,30 +35,32 @@ def log_outcome(text: str) -> str:
         return "，".join(f"{n} {OUTCOME_ZH[kind]}" for n, kind in counts)
     gates = re.findall(r"\[loss_curve\] (\w+): gate (PASSED|FAILED)", text)
     if gates:
-        return "门限：" + "，".join(prose.glue(variant_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
+        return "门限：" + "，".join(prose.glue(precision_zh(v), "通过" if g == "PASSED" else "未通过") for v, g in gates)
     gates = re.findall(r"\[fsdp2\] (\w+)/(\w+): (?:gate )?(PASSED|FAILED|ERROR)", text)
     if gates:
         verdicts = {"PASSED": "通过", "FAILED": "未通过", "ERROR": "出错"}
-        return "门限：" + "，".join(prose.glue(f"{variant_zh(v)} {ARM_ZH[a]}", verdicts[g]) for v, a, g in gates)
+        return "门限：" + "，".join(prose.glue(f"{precision_zh(v)} {TRAINING_LABELS[contender_id(a)]}", verdicts[g])
+                                  for v, a, g in gates)
     return ""
 
 
-def log_description(name: str) -> str | None:
-    """LOGS[name], or the description of the kind of log ``name`` is (LOG_KINDS)."""
-    return LOGS.get(name) or next((text for kind, text in LOG_KINDS.items() if re.fullmatch(kind, name)), None)
-
-
 def p2_logs(gpu: str) -> list[tuple[str, str]]:
-    """(file, description) of every 篇2 log committed under docs/data/<gpu>/."""
-    folder = common.DATA_DIR / gpu
-    names = sorted(p.name for p in folder.glob("*.log") if any(re.fullmatch(x, p.name) for x in LOG_PATTERNS))
-    missing = [n for n in names if log_description(n) is None]
+    """(file, description) of every log committed under docs/data/<gpu>/: its note in logs.json
+    (``python -m bench.logs add``) and the outcome read from the log itself."""
+    folder = store.gpu_folder(gpu)
+    described = store.load_logs(gpu)
+    names = sorted(p.name for p in folder.glob("*.log"))
+    missing = [n for n in names if n not in described]
     if missing:
-        raise KeyError(f"describe these 篇2 logs in bench/summary_p2.py LOGS: {missing}")
+        raise KeyError(f"describe these logs: python -m bench.logs add docs/data/{gpu}/FILE --kind KIND --note ...: "
+                       f"{missing}")
+    gone = sorted(set(described) - set(names))
+    if gone:
+        raise KeyError(f"docs/data/{gpu}/{store.LOGS_FILE} describes logs that are not there: {gone}")
     out = []
     for name in names:
         outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
-        out.append((name, log_description(name) + (f"（{outcome}）" if outcome else "")))
+        out.append((name, described[name]["note"] + (f"（{outcome}）" if outcome else "")))
     return out
 
 
@@ -102,19 +68,19 @@ def _h4096(rms: dict) -> dict:
     return next(s for s in rms["results"]["shapes"] if s["width"] == 4096 and s["dy_layout"] == "contiguous")
 
 
-def _names(tiers) -> str:
+def _names(contenders) -> str:
     """'torch.compile、Liger（全套补丁）', spaced for the CJK word that follows."""
-    return prose.glue(prose.join(tier_zh(t) for t in tiers), "")
+    return prose.glue(prose.join(STEP_LABELS.get(c, c) for c in contenders), "")
 
 
-def _steps(step: dict) -> dict[str, dict]:
-    return {r["tier"]: r for r in _summary(step) if r["status"] == "ok"}
+def _steps(data: dict) -> dict[str, dict]:
+    return {r["contender"]: r for r in contender_rows(data) if r["status"] == "ok"}
 
 
 def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
     points = []
     fwd = vs_best_peer(rms, "fwd")
-    peers = prose.join(dict.fromkeys(ZH[r["peer"]] for r in fwd))
+    peers = prose.join(dict.fromkeys(OP_LABELS[r["peer"]] for r in fwd))
     slow = [r for r in fwd if r["ratio"] < 1]
     fast = [r for r in fwd if r["ratio"] > 1]
     detail = []
@@ -132,13 +98,13 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         text = (f"forward + backward：生产版在全部 {len(both)} 个形状上最快，最快的对手用时是它的 "
                 f"{prose.times_span(r['ratio'] for r in both)} 倍")
     else:
-        text = f"forward + backward：生产版{compare_sentence(both)}"
+        text = f"forward + backward：生产版{rmsnorm.compare(rms, both)}"
     if all(r["hf_ratio"] for r in both):
         text += f"，HF eager 是 {prose.times_span((r['hf_ratio'] for r in both), 1)} 倍"
     points.append(text + "。")
 
-    ok = _steps(step)
-    base, ours = ok.get(BASELINE), ok.get("triton")
+    ok, cfg = _steps(step), step_config(step)
+    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
     if base and ours:
         text = f"训练 step（{geometry_zh(step)}）：生产版是 HF eager 的 {prose.times(ours['speedup'])}"
         if base["share"] is not None and ours["share"] is not None:
@@ -151,7 +117,7 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
     if base and "triton_fwd" in ok:
         gain = ok["triton_fwd"]["speedup"]
         points.append(f"只换 forward、backward 仍走 autograd：step 是 HF eager 的 {prose.times(gain)}，"
-                      + ("没有收益。" if gain < 1.01 else "收益小于两者都换。"))
+                      + ("没有收益。" if gain < 1 + tie(cfg) else "收益小于两者都换。"))
 
     cfg, res = loss["config"], loss["results"]
     variants = cfg["variants"]
@@ -161,7 +127,7 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         g, c = res[v]["gate"], res[v]["control_gate"]
         control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
                    else f"对照 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{prose.glue(variant_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
+        parts.append(f"{prose.glue(precision_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
     limit = max(res[v]["gate"].get("final_limit", res[v]["gate"]["final_rtol"]) for v in variants)
     points.append(f"loss 曲线：{cfg['steps']} 步，{len(variants)} 种精度设置"
                   + ("都通过门限" if passed else "并未都通过门限")
@@ -172,30 +138,30 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
 def conclusion(rms: dict, step: dict) -> str:
     shape = _h4096(rms)
     op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
-    ok = _steps(step)
-    base = ok.get(BASELINE)
-    rows_spec = [("HF eager", "hf", "eager"), ("F.rms_norm", "torch_rms_norm", "torch_rmsnorm"),
-                 ("torch.compile(HF)", "compile_hf", "compile"), ("Liger", "liger", "liger"),
-                 ("生产版", "triton", "triton"), ("生产版 + torch.compile", None, "triton_compile")]
-    f = common.fmt
+    ok, cfg = _steps(step), step_config(step)
+    base = ok.get(cfg["baseline"])
+    # (op-level contender, step-level contender) of each row; a row without the op is named by its step
+    rows_spec = [("hf", "eager"), ("torch_rms_norm", "torch_rmsnorm"), ("compile_hf", "compile"), ("liger", "liger"),
+                 ("triton", "triton"), (None, "triton_compile")]
+    f = tables.fmt
     rows = []
-    for label, op_name, tier in rows_spec:
+    for op_name, step_name in rows_spec:
         us = op.get(op_name) if op_name else None
-        s = ok.get(tier)
+        s = ok.get(step_name)
         rows.append([
-            label, f(us) if us else "—", prose.times(op["hf"] / us, 1) if us and "hf" in op else "—",
+            OP_LABELS[op_name] if op_name else STEP_LABELS[step_name], f(us) if us else "—", prose.times(op["hf"] / us, 1) if us and "hf" in op else "—",
             f(s["step"], 4) if s else "—", prose.times(s["speedup"]) if s and s["speedup"] else "—",
             f(s["peak"], 3) if s and s["peak"] is not None else "—",
         ])
-    table = common.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
+    table = tables.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
                              "峰值显存（GiB）"], rows, "lrrrrr")
 
-    peers = {n: op[n] for n in PEERS if n in op}
+    peers = {n: op[n] for n in rmsnorm.config(rms)["peers"] if n in op}
     best = min(peers, key=peers.get)
-    ours = op["triton"]
+    ours = op[rmsnorm.config(rms)["ours"]]
     text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
-            f"最快的对手 {ZH[best]} 是 {peers[best] / ours:.2f} 倍")
-    mine = ok.get("triton")
+            f"最快的对手 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
+    mine = ok.get(cfg["ours"])
     if base and mine:
         text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
                  f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
@@ -206,7 +172,7 @@ def conclusion(rms: dict, step: dict) -> str:
                      f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
         if "triton_compile" in ok and "compile" in ok:
             ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
-            relation = ("持平（相差不到 1%）" if abs(ratio - 1) < 0.01
+            relation = (f"持平（相差不到 {prose.pct(tie(cfg))}）" if abs(ratio - 1) < tie(cfg)
                         else f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1))}")
             text += f"；生产版 + torch.compile 与单独的 torch.compile {relation}"
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
@@ -217,8 +183,6 @@ def conclusion(rms: dict, step: dict) -> str:
 
 
 def ridge_sentence(roofline: dict) -> str:
-    from bench.exp_p1_roofline import ridge_flop_per_byte
-
     r = roofline["results"]
     gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
     text = f"{gpu} 的屋脊点实测约为 {ridge_flop_per_byte(roofline):.0f} FLOP/字节（篇 1 §五）"
@@ -230,11 +194,12 @@ def ridge_sentence(roofline: dict) -> str:
 
 def fused_add_keypoints(fused: dict, step: dict) -> str:
     """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
-    f, u = PASSES["fused"], PASSES["unfused"]
+    passes = fused_add.passes(fused)
+    f, u = passes["fused"], passes["unfused"]
     points = [f"每个“残差加 → RMSNorm”融合成一个 kernel：forward 读写整张量从 {u['fwd']} 遍降到 {f['fwd']} 遍，"
               f"backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
-    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in gain_parts(fused)]
-    points.append(fused_add_takeaway(step, _summary(step)))
+    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
+    points.append(fused_add_takeaway(step, contender_rows(step)))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
@@ -251,12 +216,12 @@ def render_summary(load) -> dict[str, str]:
         except FileNotFoundError:  # not measured yet
             pass
     envs = [d["environment"] for d in data.values()]
-    gpu = common.gpu_slug(rms["environment"].get("gpu") or "cpu")
-    logs = common.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
+    gpu = store.gpu_slug(rms["environment"].get("gpu") or "cpu")
+    logs = tables.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
     out = {
-        "p2_env.md": common.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
+        "p2_env.md": tables.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
                                                                           else ())),
-        "p2_provenance.md": common.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
+        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),

@@ -1,4 +1,4 @@
-"""The tuning sweep of bench/exp_tuning.py (篇2 §七), as a --quick CPU run.
+"""bench/exp_tuning.py, the tuning sweep of 篇2 §七, as a --quick CPU run.
 
 The sweep passes each candidate to the shipped wrappers as ``config=``: it
 patches nothing in rmsnorm_triton, and its candidates are candidate_configs'.
@@ -29,7 +29,7 @@ def test_quick_sweep_passes_configs_and_patches_nothing(monkeypatch):
     # each timing calls its function several times (warm-up, samples): compare the runs of calls
     calls = {d: [c for i, c in enumerate(cs) if i == 0 or c != cs[i - 1]] for d, cs in calls.items()}
     expected = {"forward": [], "backward": []}
-    for (rows, width), entry in zip(exp_tuning.QUICK_WIDTHS, data["results"]):
+    for (_, rows, width), entry in zip(exp_tuning.QUICK_WIDTHS, data["results"]):
         fwd = [c for c in rmsnorm_triton.candidate_configs(width, "forward")
                if c.block_rows <= 2 and c.num_warps == 4]
         bwd = [c for c in rmsnorm_triton.candidate_configs(width, "backward")

@@ -6,7 +6,7 @@ language (mermaid and text too), table lines (starting with ``|``), ``--8<--``
 include lines (the raw page is counted, never what an include pulls in), HTML
 comments, and the URLs of links and images (their visible text counts).
 
-    python tests/prose_count.py docs/qwen3-fusion.md docs/triton-rmsnorm.md
+    python tests/tools/prose_count.py docs/qwen3-fusion.md docs/triton-rmsnorm.md
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def count_page(path: str | pathlib.Path) -> int:
 
 def report(path: str | pathlib.Path) -> str:
     path = pathlib.Path(path)
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     try:
         key = path.resolve().relative_to(root).as_posix()
     except ValueError:

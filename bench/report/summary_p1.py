@@ -4,13 +4,14 @@
 * p1_provenance.md: which commit and command produced each data file (methods page);
 * p1_keypoints.md: the article's "要点" box; every number in it is computed here from the data.
 
-``bench/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
+``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
 """
 from __future__ import annotations
 
-from bench import common, prose
-from bench.exp_p1_roofline import ridge_flop_per_byte
-from qwen3_configs import NORMS_PER_LAYER
+from bench import store
+from bench.report import prose, tables
+from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH
+from bench.report.p1_profile import norms_per_layer
 
 DATA = ("p1_profile", "p1_roofline", "p1_compile")
 SMALL_KERNELS = ("elementwise", "reduction", "copy / cast / layout")  # the categories fusion targets
@@ -18,7 +19,7 @@ SMALL_KERNELS = ("elementwise", "reduction", "copy / cast / layout")  # the cate
 
 def ratio_text(ratio: float) -> str:
     """'快 1.34×' or '慢 1.05×': a speed ratio (old time / new time) in words."""
-    return f"快 {common.fmt(ratio)}×" if ratio >= 1 else f"慢 {common.fmt(1 / ratio)}×"
+    return f"快 {tables.fmt(ratio)}×" if ratio >= 1 else f"慢 {tables.fmt(1 / ratio)}×"
 
 
 def _fwd_bwd_ratio(entry, name):
@@ -29,7 +30,8 @@ def _fwd_bwd_ratio(entry, name):
 def rmsnorm_point(profile: dict, roofline: dict) -> str:
     static = profile["results"]["static"]
     layers, norms = static["num_hidden_layers"], static["modules"]["Qwen3RMSNorm"]
-    count = f"{NORMS_PER_LAYER} × {layers} + 1 = {norms}" if norms == NORMS_PER_LAYER * layers + 1 else f"{norms}"
+    per_layer = norms_per_layer(static)
+    count = f"{per_layer} × {layers} + 1 = {norms}" if norms == per_layer * layers + 1 else f"{norms}"
     kernels = {p["name"]: p for p in roofline["results"]["points"]}["RMSNorm"]["eager"]["kernels"]
     return (f"Qwen3-{static['size']} 有 {count} 个 RMSNorm（每层 4 个，含 q_norm / k_norm，再加输出前的 1 个）；"
             f"eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
@@ -43,13 +45,13 @@ def category_point(profile: dict) -> str:
     small = [by_name[c] for c in SMALL_KERNELS if c in by_name]
     small_share = 100 * sum(c["share"] for c in small)
     small_kernels = sum(c["kernels"] for c in small)
-    names = [common.CATEGORY_ZH[c["category"]] for c in small]
+    names = [CATEGORY_ZH[c["category"]] for c in small]
     names = "、".join(names[:-1]) + "与" + names[-1] if len(names) > 1 else "".join(names)
     count = f"{total_kernels} 个 kernel 里的 {small_kernels} 个"
     share = (f"合计只占 kernel 时间的 {small_share:.1f}%，却是 {count}" if small_kernels / total_kernels > small_share / 100
              else f"合计占 kernel 时间的 {small_share:.1f}%、{count}")
     return (f"一个训练 step（Qwen3-{config['size']} 层几何，T={config['seq_len']}）里，"
-            f"{common.CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}：它们正是融合的目标。")
+            f"{CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}：它们正是融合的目标。")
 
 
 def roofline_point(roofline: dict) -> str:
@@ -63,8 +65,8 @@ def roofline_point(roofline: dict) -> str:
             f"{before:,.0f} 字节降到 {after:,.0f} 字节（原来的 {100 * after / before:.0f}%），实测{ratio_text(speedups['RMSNorm'])}")
     if best == "RMSNorm":
         return text + f"，是 {len(speedups)} 个融合点里加速最大的。"
-    return (text + f"；{len(speedups)} 个融合点里实测加速最大的是 {common.FUSION_POINT_ZH.get(best, best)}"
-            f"（{common.fmt(speedups[best])}×）。")
+    return (text + f"；{len(speedups)} 个融合点里实测加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
+            f"（{tables.fmt(speedups[best])}×）。")
 
 
 def compile_point(profile: dict, compiled: dict) -> str:
@@ -97,15 +99,15 @@ def keypoints(profile: dict, roofline: dict, compiled: dict) -> str:
 def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
     records = {"p1_profile.json": profile, profile["results"]["main"]["trace_file"]: profile,
                "p1_roofline.json": roofline, "p1_compile.json": compiled}
-    folder = f"docs/data/{common.gpu_slug(profile['environment'].get('gpu') or 'cpu')}/"
-    return common.provenance_table(records) + prose.caption(
+    folder = f"docs/data/{store.gpu_slug(profile['environment'].get('gpu') or 'cpu')}/"
+    return tables.provenance_table(records) + prose.caption(
         f"数据文件都在 `{folder}` 下；提交是测量时的 commit；从数据重新生成表格与图：`python -m bench.render`")
 
 
 def render_summary(load) -> dict[str, str]:
     profile, roofline, compiled = (load(name) for name in DATA)
     return {
-        "p1_env.md": common.env_box([d["environment"] for d in (profile, roofline, compiled)]),
+        "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)]),
         "p1_provenance.md": provenance(profile, roofline, compiled),
         "p1_keypoints.md": keypoints(profile, roofline, compiled),
     }

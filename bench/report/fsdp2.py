@@ -1,0 +1,165 @@
+"""fsdp2.json -> the methods page's FSDP2 table and plot, and 篇2 §六's one sentence on it."""
+from __future__ import annotations
+
+import copy
+
+from bench.report import prose, tables
+from bench.report.loss_curve import loss_plot
+from bench.report.names import CONTROL_DIFF, TRAINING_LABELS, precision_zh
+
+NAME = "fsdp2"
+# Files written before the word "contender" and the fused kernel's own id list the contenders as "arms" and
+# call the fused add + RMSNorm "fused"; they gated every contender but HF (the reference) and the control
+# (the noise floor).
+LEGACY_IDS = {"fused": "triton_fused_add"}
+BEFORE_RECORDED = {"gated": ["triton", "triton_fused_add"]}
+
+
+def contender_id(name: str) -> str:
+    """A contender's id, whichever name the file it comes from uses."""
+    return LEGACY_IDS.get(name, name)
+
+
+def current(data) -> dict:
+    """``data`` in today's words: "contenders" for "arms", each contender under its id."""
+    if "arms" not in data["config"]:
+        return data
+    data = copy.deepcopy(data)
+    cfg, results = data["config"], data["results"]
+    cfg["contenders"] = [contender_id(a) for a in cfg.pop("arms")]
+    if "gated" in cfg:
+        cfg["gated"] = [contender_id(a) for a in cfg["gated"]]
+    for variant in cfg["variants"]:
+        results[variant] = {contender_id(a): r for a, r in results[variant].items()}
+    results["unavailable"] = [contender_id(a) for a in results["unavailable"]]
+    results["errors"] = ["/".join((v, contender_id(a))) for v, a in (e.split("/") for e in results["errors"])]
+    return data
+
+
+def config(data) -> dict:
+    """The run's config, with what a file from before a key was recorded used in its place."""
+    return BEFORE_RECORDED | current(data)["config"]
+
+
+VERDICT = {"hf": "基准", "control": "噪声底"}
+STATUS_ZH = {"unavailable": "不可用", "error": "出错"}
+
+
+def _ok(data: dict, variant: str) -> list[str]:
+    """The contenders that trained at ``variant``, in the run's order."""
+    return [a for a in config(data)["contenders"] if data["results"][variant][a]["status"] == "ok"]
+
+
+def _where(variant: str, contender: str) -> str:
+    """'bf16 权重下的生产版 RMSNorm'."""
+    return prose.glue(precision_zh(variant), "下的") + TRAINING_LABELS[contender]
+
+
+def article_facts(data: dict) -> dict:
+    """The facts behind 篇2 §六's FSDP2 sentence, all from the data file: what was gated and passed, the
+    largest final-loss difference from HF (and the control's), step time relative to HF, peak memory."""
+    data = current(data)
+    cfg, results, env = config(data), data["results"], data["environment"]
+    variants, gated_ids = cfg["variants"], cfg["gated"]
+    gated = [(v, a) for v in variants for a in gated_ids if results[v][a]["status"] == "ok"]
+    worst = max(gated, key=lambda va: results[va[0]][va[1]]["gate"]["final_rel_diff"], default=None)
+    ok = [(v, a) for v in variants for a in cfg["contenders"] if results[v][a]["status"] == "ok"]
+    return {
+        "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "").replace("NVIDIA ", "") or None,
+        "steps": cfg["steps"], "variants": [precision_zh(v) for v in variants],
+        "gated": [TRAINING_LABELS[a] for a in gated_ids if any(a == b for _, b in gated)],
+        "all_gated": len(gated) == len(gated_ids) * len(variants),
+        "passed": results["passed"],
+        "gate_passed": [_where(v, a) for v, a in gated if results[v][a]["gate"]["passed"]],
+        "failed": [_where(v, a) for v, a in gated if not results[v][a]["gate"]["passed"]],
+        "unavailable": [TRAINING_LABELS[a] for a in results["unavailable"]],
+        "errors": [_where(v, a) for v in variants for a in cfg["contenders"] if results[v][a]["status"] == "error"],
+        "worst_final_rel_diff": results[worst[0]][worst[1]]["gate"]["final_rel_diff"] if worst else None,
+        "worst": _where(*worst) if worst else None,
+        "control_final_rel_diff": max((results[v]["control"]["gate"]["final_rel_diff"] for v, _ in gated),
+                                      default=None),
+        "step_vs_hf": {_where(v, a): max(results[v][a]["median_step_ms"]) / max(results[v]["hf"]["median_step_ms"])
+                       for v, a in ok if a != "hf"},
+        "peak_gib": {_where(v, a): max(results[v][a]["peak_gib"]) for v, a in ok
+                     if None not in results[v][a]["peak_gib"]},
+    }
+
+
+def takeaway(data: dict) -> str:
+    f = article_facts(data)
+    text = (f"{f['gpus']} 张 {f['gpu']} 上" if f["gpu"] else f"{f['gpus']} 个 CPU 进程") + f"用 FSDP2 训练 {f['steps']} 步"
+    if f["gated"]:
+        if f["all_gated"] and not f["failed"]:
+            text += "，" + prose.glue(prose.join(f["gated"]), f"在 {len(f['variants'])} 种精度设置下都通过 loss 门限")
+        else:
+            text += f"，通过 loss 门限的：{prose.join(f['gate_passed']) or '无'}"
+            text += f"；未通过的：{prose.join(f['failed'])}" if f["failed"] else ""
+        text += (f"；末段 loss 与 HF 最多相差 {prose.pct(f['worst_final_rel_diff'], 3)}（{f['worst']}），"
+                 f"对照组最多 {prose.pct(f['control_final_rel_diff'], 3)}")
+    else:
+        text += "，没有可判定的补丁"
+    if f["errors"]:
+        text += f"；出错：{prose.join(f['errors'])}"
+    if f["unavailable"]:
+        text += f"；{prose.join(f['unavailable'])}不可用"
+    return text + "。"
+
+
+def article_sentence(data: dict) -> str:
+    """篇2 §六's one sentence on FSDP2, linked to the methods page."""
+    f = article_facts(data)
+    where = f"{f['gpus']} 张 {f['gpu']} " if f["gpu"] else f"{f['gpus']} 个 CPU 进程"
+    if f["passed"] and f["all_gated"]:
+        verdict = prose.glue(prose.join(f["gated"]), f"在 {len(f['variants'])} 种精度设置下都通过了同一道 loss 门限")
+        text = f"补丁在多卡训练里同样成立：{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步，{verdict}"
+    else:
+        text = f"{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步：" + takeaway(data).rstrip("。")
+    return text + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
+
+
+def _caption(data: dict) -> str:
+    data = current(data)
+    cfg, results = config(data), data["results"]
+    m, gate = cfg["geometry"], cfg["gate"]
+    errors = [f"{_where(v, a)}：{results[v][a]['reason']}" for v in cfg["variants"] for a in cfg["contenders"]
+              if results[v][a]["status"] == "error"]
+    return (f"{cfg['world_size']} 个进程（每卡一个），每个解码层与整个模型各调用一次 fully_shard；Qwen3 "
+            f"{m['num_hidden_layers']} 层，hidden {m['hidden_size']}，字节词表 {m['vocab_size']}；{cfg['steps']} 步，"
+            f"每步全局 B={cfg['batch']}（每卡 {cfg['batch'] // cfg['world_size']}）×T={cfg['seq_len']}，数据、种子、"
+            f"学习率与 loss 曲线实验相同。末段 loss = 最后 {gate['final_window']} 步的均值，末段差是与 HF 的相对差，"
+            f"括号里是末段阈值；逐步最大差是与 HF 同一步 loss 之差的最大绝对值；step 时间取两卡中位数中较大的一个"
+            + "".join(f"。{e}" for e in errors))
+
+
+def render(data: dict) -> dict[str, str]:
+    data = current(data)
+    cfg, results = config(data), data["results"]
+    f = tables.fmt
+    window = cfg["gate"]["final_window"]
+    rows = []
+    for variant in cfg["variants"]:
+        for contender in cfg["contenders"]:
+            r, name = results[variant][contender], f"{precision_zh(variant)}：{TRAINING_LABELS[contender]}"
+            if r["status"] != "ok":
+                rows.append([name, "—", "—", "—", STATUS_ZH[r["status"]], "—"])
+                continue
+            gate = r.get("gate")  # gated contenders: the gate; the control: its own report against HF
+            rel = "—" if gate is None else f"{100 * gate['final_rel_diff']:.3f}" + (
+                f"（{100 * gate['final_limit']:.3f}）" if contender in cfg["gated"] else "")
+            rows.append([name, f(sum(r["losses"][-window:]) / window, 5),
+                         "—" if gate is None else f(gate["max_abs_diff"], 3), rel,
+                         VERDICT.get(contender) or ("通过" if gate["passed"] else "未通过"), f(max(r["median_step_ms"]), 3)])
+    table = tables.md_table(["精度设置：实现", "末段 loss（nats/字节）", "与 HF 逐步最大差（nats）",
+                             "末段差（%，阈值）", "判定", "step 时间（ms）"], rows, "lrrrcr")
+    curves = {v: {a: results[v][a]["losses"] for a in _ok(data, v)} for v in cfg["variants"]}
+    return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
+            "fsdp2_sentence.md": article_sentence(data),
+            "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
+
+
+def _legend(cfg) -> tuple[dict, dict]:
+    """The plot's labels: every contender's curve but the control's; the control's difference from HF,
+    then each gated contender's."""
+    curves = {a: TRAINING_LABELS[a] for a in cfg["contenders"] if a != "control"}
+    diffs = {"control": CONTROL_DIFF, **{a: f"{TRAINING_LABELS[a]} − HF" for a in cfg["gated"]}}
+    return curves, diffs

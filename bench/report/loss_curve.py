@@ -1,0 +1,110 @@
+"""loss_curve.json -> 篇2 §六's loss-curve table, its detail and the plot: HF, ours and the control, with the gate."""
+from __future__ import annotations
+
+from bench.report import plots, prose, tables
+from bench.report.names import COLOURS, LOSS_CURVE_DIFFS, LOSS_CURVE_LEGEND, precision_zh
+
+NAME = "loss_curve"
+
+
+def _caption(cfg: dict) -> str:
+    m = cfg["geometry"]
+    gate = cfg["gate"]
+    schedule = "余弦衰减到十分之一" if "cosine" in cfg.get("optimizer", "") else "lr 不变"
+    return (f"Qwen3 {m.get('num_hidden_layers')} 层，hidden {m.get('hidden_size')}，intermediate "
+            f"{m.get('intermediate_size')}，head_dim {m.get('head_dim')}，字节词表 {m.get('vocab_size')}；训练 "
+            f"{cfg['steps']} 步，每步 B={cfg['batch']}×T={cfg['seq_len']} 个 CPython {cfg['corpus']['python']} "
+            f"标准库的字节；AdamW，峰值 lr {cfg['lr']}，{cfg['warmup']} 步预热后{schedule}。末段 loss = 最后 "
+            f"{gate['final_window']} 步的均值；门限：末段差不超过 {100 * gate['final_rtol']:g}%，或对照末段差的两倍"
+            f"（取大者，即末段阈值），每一步的相对差不超过 {100 * gate['step_rtol']:g}%，全部有限。"
+            f"对照：只舍入一次的正确 RMSNorm。")
+
+
+def gate_sentence(data: dict) -> str:
+    """Both gates in one sentence, with the control's own distance from HF as the yardstick."""
+    cfg, results = data["config"], data["results"]
+    variants = cfg["variants"]
+    verdicts = [results[v]["gate"]["passed"] for v in variants]
+    head = (f"{len(variants)} 种精度设置都通过门限" if all(verdicts) else
+            f"未通过门限的精度设置：{prose.join(precision_zh(v) for v, ok in zip(variants, verdicts) if not ok)}")
+    parts = []
+    for v in variants:
+        g, c = results[v]["gate"], results[v]["control_gate"]
+        control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
+                   else f"对照与 HF 相差 {prose.pct(c['final_rel_diff'], 3)}")
+        parts.append(f"{precision_zh(v)}：生产版末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
+                     f"（阈值 {prose.pct(g.get('final_limit', g['final_rtol']), 3)}，{control}），"
+                     f"逐步最大相对差 {prose.pct(g['max_rel_diff'], 2)}")
+    return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
+
+
+def render(data: dict) -> dict[str, str]:
+    cfg, results = data["config"], data["results"]
+    f = tables.fmt
+    rows, detail = [], []
+    for variant in cfg["variants"]:
+        r = results[variant]
+        g, c = r["gate"], r["control_gate"]
+        rows.append([
+            precision_zh(variant), f"{100 * g['final_rel_diff']:.3f}", f"{100 * c['final_rel_diff']:.3f}",
+            f"{100 * g.get('final_limit', g['final_rtol']):.3f}",
+            f"{100 * g['max_rel_diff']:.2f}（{100 * c['max_rel_diff']:.2f}）", "通过" if g["passed"] else "未通过",
+        ])
+        detail.append([
+            precision_zh(variant), f(g["final_baseline"], 5), f(g["final_patched"], 5), f(g["max_abs_diff"], 3),
+            f"{100 * c['max_rel_diff']:.2f}", f"{100 * g['step_rtol']:g}",
+        ])
+    table = tables.md_table(
+        ["精度设置", "末段差：生产版 vs HF（%）", "末段差：对照 vs HF（%）", "末段阈值（%）",
+         "逐步最大相对差（%）：生产版（对照）", "判定"], rows, "lrrrrc")
+    detail_table = tables.md_table(
+        ["精度设置", "末段 loss：HF（nats）", "末段 loss：生产版（nats）", "逐步最大绝对差（nats）",
+         "对照逐步最大相对差（%）", "逐步阈值（%）"], detail, "lrrrrr")
+    return {"loss_curve.md": prose.page(table, _caption(cfg), gate_sentence(data)),
+            "loss_curve_detail.md": prose.page(detail_table, "loss 以每字节 nats 计；" + _caption(cfg)),
+            "loss_curve.svg": _plot(data)}
+
+
+def _plot(data: dict) -> str:
+    cfg, results = data["config"], data["results"]
+    return loss_plot({v: results[v]["losses"] for v in cfg["variants"]}, cfg["gate"]["step_rtol"])
+
+
+def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict = LOSS_CURVE_LEGEND,
+              diffs: dict = LOSS_CURVE_DIFFS) -> str:
+    """One column per precision setting (``curves``: precision -> contender -> losses): the loss curves of
+    ``labels`` on top (HF solid, the others dashed), the relative differences from HF of ``diffs`` below,
+    drawn in that order (the control under the kernels); each contender in its colour."""
+    plt = plots.plot_style()
+    variants = list(curves)
+    fig, axes = plt.subplots(2, len(variants), figsize=(5.2 * len(variants), 6.4), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2], "wspace": 0.3, "hspace": 0.25})
+    limit = 100 * step_rtol
+    for col, variant in enumerate(variants):
+        losses = curves[variant]
+        steps = list(range(1, len(losses["hf"]) + 1))
+        top, bottom = axes[0][col], axes[1][col]
+        for name, label in labels.items():
+            if name in losses:
+                top.plot(steps, losses[name], color=COLOURS[name], linewidth=1.6 if name == "hf" else 1.0,
+                         linestyle="-" if name == "hf" else "--", label=label)
+        top.set_title(precision_zh(variant), fontsize=10)
+        top.set_ylabel("训练 loss（nats/字节）")
+        top.legend(fontsize=8)
+        largest = 0.0
+        for name, label in diffs.items():
+            if name not in losses:
+                continue
+            rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
+            largest = max([largest] + [abs(v) for v in rel if v == v])
+            bottom.plot(steps, rel, color=COLOURS[name], linewidth=0.8, label=label)
+        span = min(1.2 * limit, max(1.3 * largest, 0.01))
+        if span >= limit:
+            bottom.axhline(limit, color="#999999", linestyle=":", linewidth=1)
+            bottom.axhline(-limit, color="#999999", linestyle=":", linewidth=1)
+        bottom.set_ylim(-span, span)
+        bottom.set_ylabel("与 HF 的相对差（%）")
+        bottom.set_title(f"逐步相对差 (x − HF) / HF，阈值 ±{limit:g}%", fontsize=9)
+        bottom.set_xlabel("训练步数")
+        bottom.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
+    return plots.svg_of(fig)

@@ -1,0 +1,146 @@
+"""What the op-level reports share (rmsnorm, fused_add, width_sweep, tuning): the copy ceiling,
+shape labels, the comparison with the fastest peer, and the bandwidth bars.
+
+The data is laid out as bench/harness/op_timing.py writes it: ``results["copy"]`` (the large
+copy, graph-timed and eager), ``results["shapes"]`` (per shape: size, bytes, the same-size copy,
+``{phase: {contender: stats}}``).
+"""
+from __future__ import annotations
+
+from bench.report import plots, prose
+from bench.report.names import COLOURS, OP_LABELS
+
+# Shapes that files from before every entry carried its label name by their row count (rmsnorm.json's
+# rstd entries, tuning.json): the q_norm and k_norm inputs of one Qwen3-8B training batch.
+UNLABELLED = {(524288, 128): "q_norm", (131072, 128): "k_norm"}
+
+
+def copy_ceiling(res) -> dict:
+    """The fastest device-to-device copy of the run, however it was timed.
+
+    Candidates: the 4 GiB copy inside a CUDA graph (only ~2.7 TB/s on the H200 at commit
+    aeb7b6f), the same 4 GiB copy timed eagerly (~4.2 TB/s), and the copy of each shape's
+    forward bytes inside a CUDA graph (67-336 MB, 3.4-4.2 TB/s). The ceiling is the best
+    copy actually measured, so every percentage is against the best the card showed.
+    """
+    graph_timed = "calls_per_graph" in res["copy"]
+    large = {"gbps": res["copy"]["gbps"], "bytes": res["copy"]["bytes"],
+             "timer": "CUDA graph" if graph_timed else "eager"}
+    copies = [large]
+    if "eager" in res["copy"]:
+        copies.append({"gbps": res["copy"]["eager"]["gbps"], "bytes": res["copy"]["bytes"], "timer": "eager"})
+    copies += [{"gbps": s["copy_same_bytes"]["gbps"], "bytes": s["bytes_fwd"], "timer": "CUDA graph"}
+               for s in res["shapes"] if graph_timed and "calls_per_graph" in s["copy_same_bytes"]]
+    best = max(copies, key=lambda c: c["gbps"])
+    return best | {"large_copy_gbps": large["gbps"], "large_copy_bytes": large["bytes"], "large_copy_timer": large["timer"]}
+
+
+def size(nbytes) -> str:
+    return f"{nbytes / 2**30:.0f} GiB" if nbytes >= 2**30 else f"{nbytes / 1e6:.0f} MB"
+
+
+def ceiling_text(res) -> str:
+    c = copy_ceiling(res)
+    timer = "eager 计时" if c["timer"] == "eager" else "CUDA graph 计时"
+    return f"本次测得最快的设备内拷贝：{size(c['bytes'])}、{timer}，{c['gbps']:,.0f} GB/s"
+
+
+def shape_label(shape: dict) -> str:
+    """H=4096 for the hidden-size norms; q_norm / k_norm for the head norms, named by the shape's
+    label (quick runs: "q 64x128"), "（dy 转置）" added for a transposed dy."""
+    label = shape.get("label") or UNLABELLED.get((shape["rows"], shape["width"]), f"H={shape['width']}")
+    if label.startswith("H="):
+        return f"H={shape['width']}"
+    kind = "k_norm" if label.startswith("k") else "q_norm"
+    return kind + ("（dy 转置）" if shape.get("dy_layout") == "heads_transposed" else "")
+
+
+def rows_caption(shapes) -> str:
+    """Where the row counts go: 'H=1024 … H=5120 各 16384 行，q_norm 为 524288×128，…'."""
+    wide = [s for s in shapes if shape_label(s).startswith("H=")]
+    parts = []
+    if wide:
+        names = (f"{shape_label(wide[0])} … {shape_label(wide[-1])}" if len(wide) > 2
+                 else prose.join(shape_label(s) for s in wide))
+        counts = {s["rows"] for s in wide}
+        parts.append(f"{names} 各 {counts.pop()} 行" if len(counts) == 1
+                     else prose.join(f"{shape_label(s)} {s['rows']} 行" for s in wide))
+    seen = set()
+    for s in shapes:
+        base = shape_label(s).split("（")[0]
+        if not base.startswith("H=") and base not in seen:
+            seen.add(base)
+            parts.append(f"{base} 为 {s['rows']}×{s['width']}")
+    if any(s.get("dy_layout") == "heads_transposed" for s in shapes):
+        parts.append("「dy 转置」的 dy 是 (B, heads, T, D) 张量转置出的非连续视图")
+    return "，".join(parts)
+
+
+def fastest_peer(times: dict, names) -> tuple[dict[str, float], str | None]:
+    """{peer: median µs} for the named peers that ran, and the fastest of them (None if none ran)."""
+    peers = {n: times[n]["median_us"] for n in names if n in times}
+    return peers, min(peers, key=peers.get) if peers else None
+
+
+def at(labels) -> str:
+    """'在 H=1024、k_norm 上' (no space after a full-width parenthesis)."""
+    return f"在 {prose.glue(prose.join(labels), '上')}"
+
+
+def compare_sentence(rows, tie: float, subject="生产版", other="最快的对手") -> str:
+    """How ``subject`` compares with ``other`` over the shapes (``rows``: label, ratio = other's time ÷
+    subject's, and the peer's id where ``other`` is the fastest of several): faster, level (within
+    ``tie``, the run's tie rule) or slower, and where."""
+    faster = [r for r in rows if r["ratio"] >= 1 + tie]
+    tied = [r for r in rows if 1 - tie < r["ratio"] < 1 + tie]
+    slower = [r for r in rows if r["ratio"] <= 1 - tie]
+    if len(faster) == len(rows):
+        top = max(rows, key=lambda r: r["ratio"])
+        return (f"在全部 {len(rows)} 个形状上快于{other}，{other}用时是{subject}的 "
+                f"{prose.times_span(r['ratio'] for r in rows)} 倍（差距最大在 {top['label']}）")
+    clauses = []
+    if faster:
+        clauses.append(f"{at(r['label'] for r in faster)}快于{other}（{other}用时是{subject}的 "
+                       f"{prose.times_span(r['ratio'] for r in faster)} 倍）")
+    if tied:
+        clauses.append(f"{at(r['label'] for r in tied)}与{other}持平（相差不到 {prose.pct(tie)}）")
+    if slower:
+        who = (f"（{prose.join(dict.fromkeys(OP_LABELS[r['peer']] for r in slower))}）"
+               if "peer" in slower[0] else "")
+        clauses.append(f"{at(r['label'] for r in slower)}比{other}{who}慢 "
+                       f"{prose.pct_span(1 / r['ratio'] - 1 for r in slower)}")
+    return "，".join(clauses)
+
+
+def _short_label(shape):
+    """Axis label: the table's label with the transposed-dy marker on a line of its own."""
+    return shape_label(shape).replace("（", "\n（")
+
+
+def bandwidth_bars(data, contenders, op, figsize=(10, 7.2)):
+    """% of the copy ceiling per shape and contender (bars in ``contenders`` order, each in its colour):
+    forward above, forward + backward below. Data laid out as rmsnorm.json."""
+    plt = plots.plot_style()
+    res = data["results"]
+    shapes = res["shapes"]
+    ceiling = copy_ceiling(res)["gbps"]
+    fig, axes = plt.subplots(2, 1, figsize=figsize, sharex=True)
+    names = [n for n in contenders if any(n in s["fwd"] for s in shapes)]
+    width = 0.84 / len(names)
+    for ax, phase, title in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
+        for i, name in enumerate(names):
+            values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
+            ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
+                   label=OP_LABELS.get(name, name), color=COLOURS[name])
+        ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
+        ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
+        ax.set_ylim(0, 112)
+        ax.set_yticks(range(0, 101, 20))
+        ax.set_ylabel("有效带宽（占拷贝上限 %）")
+        ax.set_title(f"{op} {title}，bf16", fontsize=10, loc="left")
+        ax.grid(axis="x", visible=False)
+    axes[1].set_xticks(range(len(shapes)), [_short_label(s) for s in shapes])
+    axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)
+    fig.text(0.5, 0.03, f"拷贝上限：本次运行最快的显存拷贝，{ceiling:,.0f} GB/s（读 + 写）；字节数按最少访存计",
+             ha="center", va="top", fontsize=8)
+    return plots.svg_of(fig)

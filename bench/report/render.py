@@ -1,0 +1,95 @@
+"""Regenerate every table and plot under docs/generated/ from docs/data/<gpu>/*.json.
+
+    python -m bench.render            # write the artifacts
+    python -m bench.render --check    # fail if a committed artifact differs
+
+Each report module ``bench/report/<name>.py`` renders its own data file; each summary
+``bench/report/summary_<article>.py`` renders what reads several (see bench/report/__init__.py).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pathlib
+import sys
+
+from bench import ROOT, store
+
+GENERATED_DIR = ROOT / "docs" / "generated"
+REPORT_DIR = pathlib.Path(__file__).parent
+
+
+def _modules():
+    for path in sorted(REPORT_DIR.glob("*.py")):
+        if path.stem != "__init__":
+            yield importlib.import_module(f"bench.report.{path.stem}")
+
+
+def report_modules():
+    """The reports: modules with ``NAME`` and ``render(data)``."""
+    return [m for m in _modules() if hasattr(m, "NAME") and hasattr(m, "render")]
+
+
+def summary_modules():
+    """The summaries: modules with ``render_summary(load)``."""
+    return [m for m in _modules() if hasattr(m, "render_summary")]
+
+
+class MissingData(FileNotFoundError):
+    """A data file that a summary needs is not committed for this GPU."""
+
+
+def loader(gpu: str = store.DEFAULT_GPU):
+    """load(name) -> data of docs/data/<gpu>/<name>.json, raising MissingData when it is absent."""
+    def load(name: str) -> dict:
+        if not store.data_path(name, gpu).exists():
+            raise MissingData(store.data_path(name, gpu))
+        return store.load(name, gpu)
+    return load
+
+
+def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
+    """Map of output path -> expected content, for every report and summary with data."""
+    artifacts: dict[pathlib.Path, str] = {}
+
+    def add(rendered: dict[str, str], owner: str):
+        for rel, text in rendered.items():
+            path = GENERATED_DIR / rel
+            if path in artifacts:
+                raise RuntimeError(f"{owner} renders {rel}, which another module renders too")
+            artifacts[path] = text
+
+    load = loader(gpu)
+    for module in report_modules():
+        if store.data_path(module.NAME, gpu).exists():
+            add(module.render(load(module.NAME)), module.__name__)
+    for module in summary_modules():
+        try:
+            rendered = module.render_summary(load)
+        except MissingData:
+            continue
+        add(rendered, module.__name__)
+    return artifacts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    parser.add_argument("--gpu", default=store.DEFAULT_GPU)
+    args = parser.parse_args(argv)
+    artifacts = render_all(args.gpu)
+    stale = []
+    for path, text in artifacts.items():
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("stale or hand-edited artifacts (run `python -m bench.render`):", file=sys.stderr)
+        for path in stale:
+            print(f"  {path.relative_to(ROOT)}", file=sys.stderr)
+        return 1
+    return 0

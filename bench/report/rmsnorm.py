@@ -1,0 +1,173 @@
+"""rmsnorm.json -> 篇2 §四 §五's op-level tables and the bandwidth plot: every contender side by side."""
+from __future__ import annotations
+
+from bench.report import prose, tables
+from bench.report.names import OP_LABELS, PHASES, tie
+from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
+                              rows_caption, shape_label, size)
+
+NAME = "rmsnorm"
+# What the runs before the experiment recorded these used (bench/exp_rmsnorm.py then): ours, the peers it is
+# compared with (data files from before quack have no "quack"), the tie rule of its comparisons.
+BEFORE_RECORDED = {"ours": "triton", "peers": ["hf", "torch_rms_norm", "compile_hf", "liger", "quack"],
+                   "tie_rule": "within_1pct"}
+
+
+def config(data) -> dict:
+    """The run's config, with what a file from before a key was recorded used in its place."""
+    return BEFORE_RECORDED | data["config"]
+
+
+def vs_best_peer(data, phase) -> list[dict]:
+    """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger, quack) and peer ÷ ours."""
+    cfg, res = config(data), data["results"]
+    copy = copy_ceiling(res)["gbps"]
+    out = []
+    for s in res["shapes"]:
+        ours = s[phase][cfg["ours"]]
+        peers, best = fastest_peer(s[phase], cfg["peers"])
+        out.append({"label": shape_label(s), "ours_us": ours["median_us"], "of_copy": ours["gbps"] / copy,
+                    "peer": best, "peer_us": peers[best], "ratio": peers[best] / ours["median_us"],
+                    "hf_ratio": peers["hf"] / ours["median_us"] if "hf" in peers else None})
+    return out
+
+
+def compare(data, rows, **words) -> str:
+    """ops.compare_sentence with the run's tie rule."""
+    return compare_sentence(rows, tie(config(data)), **words)
+
+
+def _table(data, phase):
+    rows = vs_best_peer(data, phase)
+    f = tables.fmt
+    body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]), OP_LABELS[r["peer"]], f(r["peer_us"]), prose.times(r["ratio"])]
+            for r in rows]
+    table = tables.md_table(["形状", "生产版（µs）", "占拷贝上限", "最快的对手", "对手（µs）", "对手 ÷ 生产版"], body, "lrrlrr")
+    takeaway = (f"{PHASES[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
+                f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare(data, rows)}。")
+    moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
+    caption = (f"bf16，{rows_caption(data['results']['shapes'])}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
+               f"轮换输入（不复用 L2）的中位数。字节按最少计（{moved}）；拷贝上限为{ceiling_text(data['results'])}。")
+    return prose.page(table, caption, takeaway)
+
+
+def _contender_table(data, phase, caption):
+    """One column per contender in the data (6 columns at most: with quack's, HF eager's goes and the
+    caption says how much slower it was)."""
+    cfg, shapes = config(data), data["results"]["shapes"]
+    ours = cfg["ours"]
+    names = [n for n in cfg["peers"] + [ours] if any(n in s[phase] for s in shapes)]
+    dropped = ""
+    if len(names) > 5:
+        names.remove("hf")
+        ratios = [s[phase]["hf"]["median_us"] / s[phase][ours]["median_us"] for s in shapes
+                  if "hf" in s[phase] and ours in s[phase]]
+        dropped = f"HF eager 未列出（用时是生产版的 {prose.times_span(ratios, 1)} 倍）。" if ratios else ""
+    body = [[shape_label(s)] + [tables.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names]
+            for s in shapes]
+    table = tables.md_table(["形状"] + [OP_LABELS[n] for n in names], body)
+    return prose.page(table, caption + f"bf16，{rows_caption(shapes)}。{dropped}")
+
+
+def _all_table(data, phase):
+    return _contender_table(data, phase, f"{PHASES[phase]} 每次调用的 GPU 时间（µs）：CUDA graph 重放、轮换输入"
+                                         "（不复用 L2）的中位数；")
+
+
+def _eager_table(data):
+    return _contender_table(data, "fwd_bwd_eager", "forward + backward 每次 eager 调用的时间（µs）："
+                            "triton.testing.do_bench 中位数，调用间清空 L2，含主机开销（Python、autograd、kernel 启动）；")
+
+
+def _naive_table(data):
+    ours, shapes = config(data)["ours"], data["results"]["shapes"]
+    f = tables.fmt
+    body = [[shape_label(s), f(s["fwd"]["naive"]["median_us"]), f(s["fwd"][ours]["median_us"]),
+             f(s["fwd_bwd"]["naive"]["median_us"]), f(s["fwd_bwd"][ours]["median_us"])] for s in shapes]
+    table = tables.md_table(["形状", "教学版 forward（µs）", "生产版 forward（µs）", "教学版 fwd+bwd（µs）",
+                             "生产版 fwd+bwd（µs）"], body)
+    sentences = []
+    for phase in ("fwd", "fwd_bwd"):
+        rows = [{"label": shape_label(s), "ratio": s[phase]["naive"]["median_us"] / s[phase][ours]["median_us"]}
+                for s in shapes]
+        close = [r for r in rows if r["ratio"] < 1.5]
+        slow = [r for r in rows if r["ratio"] >= 1.5]
+        parts = []
+        if close:
+            gap = max(abs(r["ratio"] - 1) for r in close)
+            where = at(r["label"] for r in close) if slow else f"在全部 {len(rows)} 个形状上"
+            parts.append(f"{where}与生产版相差不超过 {prose.pct(gap, 1)}")
+        if slow:
+            where = at(r["label"] for r in slow) if close else f"在全部 {len(rows)} 个形状上"
+            parts.append(f"{where}慢得多，用时是生产版的 {prose.times_span((r['ratio'] for r in slow), 1)} 倍")
+        sentences.append(f"{PHASES[phase]} {'，'.join(parts)}")
+    takeaway = "教学版（一个 program 处理一行）：" + "；".join(sentences) + "。"
+    caption = (f"bf16，{rows_caption(shapes)}。每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数。")
+    return prose.page(table, caption, takeaway)
+
+
+def copy_candidates(res) -> list[dict]:
+    """The copies ``copy_ceiling`` chooses from, grouped as the methods page lists them."""
+    large = res["copy"]
+    graph_timed = "calls_per_graph" in large
+    out = [{"name": "大块拷贝", "bytes": size(large["bytes"]), "timer": "CUDA graph 重放" if graph_timed else "eager（do_bench）",
+            "gbps": [large["gbps"]]}]
+    if "eager" in large:
+        out.append({"name": "大块拷贝", "bytes": size(large["bytes"]), "timer": "eager（do_bench）",
+                    "gbps": [large["eager"]["gbps"]]})
+    same = [s for s in res["shapes"] if graph_timed and "calls_per_graph" in s["copy_same_bytes"]]
+    if same:
+        out.append({"name": f"与各形状 forward 同字节的拷贝（{len(same)} 个）",
+                    "bytes": prose.span((s["bytes_fwd"] for s in same), size), "timer": "CUDA graph 重放",
+                    "gbps": [s["copy_same_bytes"]["gbps"] for s in same]})
+    return out
+
+
+def _copy_table(data):
+    res = data["results"]
+    ceiling = copy_ceiling(res)["gbps"]
+    body = [[c["name"], c["bytes"], c["timer"], prose.span(c["gbps"], lambda v: f"{v:,.0f}"),
+             "是" if ceiling in c["gbps"] else "—"] for c in copy_candidates(res)]
+    table = tables.md_table(["候选", "字节", "计时方式", "带宽（GB/s）", "作为拷贝上限"], body, "lllrl")
+    caption = ("设备内拷贝 dst.copy_(src)，带宽 = 读 + 写的字节 ÷ 时间；拷贝上限取本次运行测得最快的一次，"
+               "各表的「占拷贝上限」都以它为分母。")
+    return prose.page(table, caption)
+
+
+def _same_size_table(data):
+    ours, shapes = config(data)["ours"], data["results"]["shapes"]
+    if not all("calls_per_graph" in s["copy_same_bytes"] for s in shapes):
+        return None  # only comparable when the copy was timed like the kernels
+    body = [[shape_label(s), f"{s['bytes_fwd'] / 1e6:.0f}", f"{s['copy_same_bytes']['gbps']:,.0f}",
+             f"{s['fwd'][ours]['gbps']:,.0f}", prose.pct(s["fwd"][ours]["gbps"] / s["copy_same_bytes"]["gbps"])]
+            for s in shapes]
+    table = tables.md_table(["形状", "字节（MB）", "同字节拷贝（GB/s）", "生产版 forward（GB/s）",
+                             "生产版 forward 占同字节拷贝"], body)
+    caption = (f"同字节拷贝：把 x 拷贝一次，读写的字节与 forward 相同，与 kernel 一样在 CUDA graph 里计时；"
+               f"bf16，{rows_caption(shapes)}。")
+    return prose.page(table, caption)
+
+
+def _rstd_table(data):
+    entries = data["results"]["rstd"]
+    body = [[shape_label(r), tables.fmt(r["saved_us"]), tables.fmt(r["recomputed_us"]),
+             prose.times(r["recomputed_us"] / r["saved_us"]), f"{r['rstd_bytes'] / 2**20:.2f}"] for r in entries]
+    table = tables.md_table(["形状", "保存 rstd（µs）", "重算 rstd（µs）", "重算 ÷ 保存", "rstd 显存（MiB）"], body)
+    caption = (f"只计 backward：CUDA graph 重放的 GPU 时间中位数；rstd 每行一个 fp32。bf16，{rows_caption(entries)}。")
+    return prose.page(table, caption)
+
+
+def render(data: dict) -> dict[str, str]:
+    out = {
+        "rmsnorm_fwd.md": _table(data, "fwd"),
+        "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
+        "rmsnorm_fwd_all.md": _all_table(data, "fwd"),
+        "rmsnorm_fwdbwd_all.md": _all_table(data, "fwd_bwd"),
+        "rmsnorm_naive.md": _naive_table(data),
+        "rmsnorm_copy.md": _copy_table(data),
+        "rmsnorm_same_size.md": _same_size_table(data),
+        "rmsnorm_rstd.md": _rstd_table(data),
+        "rmsnorm_eager.md": _eager_table(data),
+        "rmsnorm_bandwidth.svg": bandwidth_bars(data, data["config"]["contenders"], "RMSNorm"),
+    }
+    return {name: text for name, text in out.items() if text is not None}

@@ -1,0 +1,244 @@
+"""step.json -> 篇2 §六's training-step tables and plot: step time per contender, the RMSNorm share, the fused add."""
+from __future__ import annotations
+
+from bench.report import plots, prose, tables
+from bench.report.names import PASTEL_LINE, STEP_LABELS, tie
+
+NAME = "step"
+# What the runs before the experiment recorded these used (bench/exp_step.py then): the contender every
+# step is compared with, ours, and the tie rule of the step times.
+BEFORE_RECORDED = {"baseline": "eager", "ours": "triton", "tie_rule": "within_1pct"}
+
+
+def config(data) -> dict:
+    """The run's config, with what a file from before a key was recorded used in its place."""
+    return BEFORE_RECORDED | data["config"]
+
+
+def contender_rows(data: dict) -> list[dict]:
+    """One row per contender of the run: its step time, spread, peak memory, speed-up over the baseline
+    and RMSNorm share (``status`` and ``reason`` for one that did not run)."""
+    rows = []
+    results = data["results"]
+    base = results.get(config(data)["baseline"], {})
+    base_ms = base.get("median_ms") if base.get("status") == "ok" else None
+    for contender, record in results.items():
+        row = {"contender": contender, "label": record.get("label", contender), "status": record["status"]}
+        if record["status"] == "ok":
+            step = record["median_ms"]
+            rms = record["profile"].get("rmsnorm_ms")
+            row.update(step=step, lo=record["min_ms"], hi=record["max_ms"], peak=record.get("peak_gib"),
+                       loss=record.get("loss"), tokens_per_s=record.get("tokens_per_s"),
+                       speedup=base_ms / step if base_ms else None, rms=rms,
+                       share=rms / step if rms is not None else None,
+                       without=step - rms if rms is not None else None,
+                       bound=step / (step - rms) if rms is not None and rms < step else None,
+                       method=record["profile"].get("method"))
+        else:
+            row["reason"] = record.get("reason", "")
+        rows.append(row)
+    return rows
+
+
+FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
+SMALL_SHARE = 0.05  # RMSNorm under 5 % of a step: fusing more into it cannot move the step much
+
+
+def label(contender: str) -> str:
+    return STEP_LABELS.get(contender, contender)
+
+
+def geometry_zh(data: dict) -> str:
+    """'Qwen3-8B 几何、8 层'."""
+    cfg = data["config"]
+    return f"Qwen3-{cfg['model']['size']} 几何、{cfg.get('geometry', {}).get('num_hidden_layers')} 层"
+
+
+def _caption(data: dict) -> str:
+    cfg = data["config"]
+    g = cfg.get("geometry", {})
+    return (f"{geometry_zh(data)}（hidden {g.get('hidden_size')}、intermediate {g.get('intermediate_size')}、"
+            f"head_dim {g.get('head_dim')}、词表 {g.get('vocab_size')}），B={cfg['batch']}，T={cfg['seq_len']}，"
+            f"{cfg['dtype']}，{cfg.get('attention', 'sdpa')} 注意力，激活检查点"
+            f"{'开' if cfg['activation_checkpointing'] else '关'}；一步 = zero_grad + 带 labels 的 forward + backward，"
+            f"不含优化器更新；CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。")
+
+
+def _ok(rows: list[dict]) -> dict[str, dict]:
+    return {r["contender"]: r for r in rows if r["status"] == "ok"}
+
+
+def fused_add_relation(fused: dict, ours: dict, within: float) -> str:
+    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add contender's step against the plain Triton one's.
+
+    Within ``within`` (the run's tie rule) is a tie; a larger gap inside both contenders' min–max ranges
+    is said to be within the noise.
+    """
+    ratio = fused["step"] / ours["step"]
+    if abs(ratio - 1) < within:
+        return f"与生产版持平（相差不到 {prose.pct(within)}）"
+    text = f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
+    if fused["lo"] <= ours["hi"] and ours["lo"] <= fused["hi"]:
+        text += "，但仍在两档各自的波动区间之内"
+    return text
+
+
+def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
+    """One sentence: the fused-add contender's step against the plain Triton one, and how much RMSNorm weighs."""
+    ok = _ok(rows)
+    mine = config(data)["ours"]
+    fused, ours = ok.get(FUSED_ADD), ok.get(mine)
+    if not fused or not ours:
+        missing = [t for t in (FUSED_ADD, mine) if t not in ok]
+        verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
+        return f"{geometry_zh(data)}的一步训练：{prose.join(label(t) for t in missing)}这一档{verb}。"
+    f = tables.fmt
+    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
+            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, tie(config(data)))}")
+    if ours["rms"] is not None and fused["rms"] is not None:
+        text += (f"；生产版的一步里 RMSNorm 占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms），融合后 RMSNorm "
+                 f"连同被融合的加法占 {prose.pct(fused['share'], 1)}（{f(fused['rms'], 3)} ms）")
+        if ours["share"] < SMALL_SHARE:
+            text += "，step 层面能省的本来就不多"
+    return text + "。"
+
+
+def fused_add_step(data: dict, rows: list[dict]) -> str:
+    """The fused residual add at step level: the takeaway and a table of HF eager, Triton, Triton + fused add."""
+    ok = _ok(rows)
+    cfg = config(data)
+    ours = ok.get(cfg["ours"])
+    f = tables.fmt
+    body = []
+    for contender in (cfg["baseline"], cfg["ours"], FUSED_ADD):
+        r = ok.get(contender)
+        if r:
+            body.append([label(contender), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+                         prose.times(r["speedup"]) if r["speedup"] else "—",
+                         prose.times(ours["step"] / r["step"]) if ours else "—"])
+    table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "相对生产版"], body, "lrrrr")
+    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + _caption(data),
+                      fused_add_takeaway(data, rows))
+
+
+def _step_takeaway(data: dict, rows: list[dict]) -> str:
+    ok = _ok(rows)
+    cfg = config(data)
+    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
+    if not base or not ours:
+        return f"{geometry_zh(data)}的一步训练：HF eager 或生产版这一档没有跑成，见表。"
+    f = tables.fmt
+    verb = "降到" if ours["step"] < base["step"] else "变成"
+    parts = [f"{geometry_zh(data)}的一步训练：生产版（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
+             f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
+    if "torch_rmsnorm" in ok:
+        parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
+    if "triton_fwd" in ok:
+        fwd = ok["triton_fwd"]["speedup"]
+        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1 + tie(cfg) else "收益小于两者都换"))
+    if FUSED_ADD in ok:
+        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
+                     + fused_add_relation(ok[FUSED_ADD], ours, tie(cfg)))
+    faster = [t for t in ("compile", "triton_compile", "liger")
+              if t in ok and ok[t]["step"] < ours["step"] * (1 - tie(cfg))]
+    if faster:
+        parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in faster)
+                     + " 都更快：它们融合的不止 RMSNorm")
+    return "；".join(parts) + "。"
+
+
+def _share_takeaway(data: dict, rows: list[dict]) -> str:
+    ok = _ok(rows)
+    cfg = config(data)
+    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
+    if not base or base["rms"] is None:
+        return "RMSNorm 在一步中的占比：HF eager 这一档没有测到，见表。"
+    f = tables.fmt
+    text = (f"HF eager 的一步里 RMSNorm 占 {prose.pct(base['share'], 1)}（{f(base['rms'])} ms），"
+            f"即使它不花时间，一步的加速上限也只有 {prose.times(base['bound'], 3)}（Amdahl）")
+    if ours and ours["rms"] is not None:
+        verb = "降到" if ours["share"] < base["share"] else "反而升到"
+        text += f"；换成生产版后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
+    fwd = ok.get("triton_fwd")
+    if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
+        text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"
+    fused = ok.get(FUSED_ADD)
+    if fused and fused["rms"] is not None:
+        text += f"；融合残差加法后占 {prose.pct(fused['share'], 1)}（{f(fused['rms'])} ms，含被融合的加法）"
+    return text + "。"
+
+
+def render(data: dict) -> dict[str, str]:
+    rows = contender_rows(data)
+    f = tables.fmt
+
+    step_rows, detail_rows = [], []
+    for r in rows:
+        if r["status"] != "ok":
+            step_rows.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—"])
+            detail_rows.append([label(r["contender"]), "—", "—"])
+            continue
+        step_rows.append([
+            label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
+        ])
+        detail_rows.append([label(r["contender"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
+    step_table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "峰值显存（GiB）"],
+                                 step_rows, "lrrrr")
+    cfg = data["config"]
+    detail_table = tables.md_table(["档位", "tokens/s", "第一步 loss"], detail_rows, "lrr")
+
+    share_rows = []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if r["rms"] is None:
+            share_rows.append([label(r["contender"]), f(r["step"], 4), "分不开（被 Inductor 融合）", "—", "—", "—"])
+            continue
+        share_rows.append([
+            label(r["contender"]), f(r["step"], 4), f(r["rms"], 3), prose.pct(r["share"], 1), f(r["without"], 4),
+            prose.times(r["bound"], 3) if r["bound"] else "—",
+        ])
+    share_table = tables.md_table(["档位", "step（ms）", "RMSNorm（ms / step）", "RMSNorm 占比", "RMSNorm 为零时（ms）",
+                                   "Amdahl 上限"], share_rows, "lrrrrr")
+
+    skipped = [f"{label(r['contender'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
+    not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
+    return {
+        "step_time.md": prose.page(step_table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
+                                   _step_takeaway(data, rows)),
+        "step_detail.md": prose.page(detail_table, f"tokens/s = B×T ÷ step 中位数（一步 {cfg['batch'] * cfg['seq_len']} 个 "
+                                     "token）；第一步 loss：同一随机初始化、同一批数据上的交叉熵，各档位应几乎相同。"),
+        "step_rmsnorm_share.md": prose.page(
+            share_table,
+            "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
+            "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
+            + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
+            + _caption(data), _share_takeaway(data, rows)),
+        "step_fused_add.md": fused_add_step(data, rows),
+        "step_time.svg": _plot(rows, data),
+    }
+
+
+def _plot(rows: list[dict], data: dict) -> str:
+    plt = plots.plot_style()
+    ok = [r for r in rows if r["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
+    labels = [STEP_LABELS.get(r["contender"], r["label"]) for r in ok][::-1]
+    y = list(range(len(ok)))
+    rms = [r["rms"] or 0.0 for r in ok][::-1]
+    rest = [r["step"] - (r["rms"] or 0.0) for r in ok][::-1]
+    ax.barh(y, rest, color=PASTEL_LINE["blue"], label="其余部分")
+    ax.barh(y, rms, left=rest, color=PASTEL_LINE["pink"], label="RMSNorm（profiler 实测）")
+    for yi, r in zip(y, ok[::-1]):
+        note = "" if r["rms"] is not None else "（RMSNorm 已被融合，无法单独计时）"
+        ax.text(r["step"], yi, f"  {r['step']:.0f} ms{note}", va="center", fontsize=9, color="#777777")
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("训练 step 时间（ms，中位数；越短越好）")
+    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.45)
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="lower right", fontsize=8)
+    cfg = data["config"]
+    ax.set_title(f"Qwen3 {cfg['model']['size']} 的层形状，{cfg['model']['num_hidden_layers']} 层，"
+                 f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward", fontsize=10)
+    return plots.svg_of(fig)

@@ -1,0 +1,213 @@
+"""width_sweep.json -> 篇2 §七's RMSNorm at every hidden size: the bucket table, the plot, the article's sentence."""
+from __future__ import annotations
+
+import math
+
+from bench.report import plots, prose, tables
+from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
+from bench.report.ops import copy_ceiling, fastest_peer
+
+NAME = "width_sweep"
+# What the runs before the experiment recorded these used (bench/exp_width_sweep.py then): ours and its
+# peers, the tie rule, the targets (share of the copy ceiling at widths >= target_from_width), and the width
+# above which the backward takes the chunked kernels (rmsnorm_triton.backward_config).
+BEFORE_RECORDED = {"ours": "triton", "peers": ["torch_rms_norm", "compile_hf", "liger", "quack"],
+                   "tie_rule": "within_2pct", "targets": {"fwd": 0.85, "fwd_bwd": 0.75}, "target_from_width": 1024,
+                   "chunked_backward_above": 12288}
+
+
+def config(data) -> dict:
+    """The run's config, with what a file from before a key was recorded used in its place."""
+    return BEFORE_RECORDED | data["config"]
+
+
+BUCKETS = [(256, 1023), (1024, 2047), (2048, 4095), (4096, 8191), (8192, 16384), (16385, None)]
+
+
+def sweep_ceiling(res) -> dict:
+    """The run's 4 GiB copy, the faster of its two timings (ops.copy_ceiling without the
+    same-size copies): a same-size copy is timed on one buffer pair, and below 4x L2 (about 200 MB,
+    widths under ~3000) it runs from L2, up to 5.5 TB/s on the H200, which is no ceiling for a
+    kernel whose inputs rotate out of L2."""
+    return copy_ceiling({**res, "shapes": []})
+
+
+def per_width(data, phase) -> list[dict]:
+    """Per width: ours' and the best peer's share of the copy ceiling, peer ÷ ours (None where one is missing)."""
+    cfg, res = config(data), data["results"]
+    ceiling = sweep_ceiling(res)["gbps"]
+    out = []
+    for s in res["shapes"]:
+        times = s[phase]
+        peers, best = fastest_peer(times, cfg["peers"])
+        ours = times.get(cfg["ours"])
+        out.append({"width": s["width"], "label": s["label"], "model": s.get("model"),
+                    "ours": ours["gbps"] / ceiling if ours else None,
+                    "peer": best, "best_peer": times[best]["gbps"] / ceiling if best else None,
+                    "ratio": peers[best] / ours["median_us"] if ours and best else None,
+                    "error": s["errors"].get(cfg["ours"])})
+    return out
+
+
+def sweep_facts(data) -> dict:
+    """What the closing note and the article say about the sweep, from the data.
+
+    ``{"widths", "ceiling_gbps", "skipped": {name: reason}, "fwd": {...}, "fwd_bwd": {...}}``; per direction:
+    ``compared`` (widths with ours and a peer), ``level_or_ahead`` (peer ÷ ours >= 1 - the tie), ``behind``
+    (widths, slowest first), ``worst`` ({"width", "ratio", "peer"}: lowest peer ÷ ours, or None),
+    ``of_copy`` ([lowest, highest] share of ours), ``target`` and ``misses`` (widths >= target_from_width
+    where ours is below the target share), ``unsupported`` (widths where ours raised).
+    """
+    out = {"widths": len(data["results"]["shapes"]), "ceiling_gbps": sweep_ceiling(data["results"])["gbps"],
+           "skipped": dict(data["results"].get("skipped", {}))}
+    cfg = config(data)
+    level = 1 - tie(cfg)
+    for phase, target in cfg["targets"].items():
+        rows = per_width(data, phase)
+        compared = [r for r in rows if r["ratio"] is not None]
+        worst = min(compared, key=lambda r: r["ratio"], default=None)
+        shares = [r["ours"] for r in rows if r["ours"] is not None]
+        out[phase] = {
+            "compared": len(compared),
+            "level_or_ahead": sum(r["ratio"] >= level for r in compared),
+            "behind": [r["width"] for r in sorted(compared, key=lambda r: r["ratio"]) if r["ratio"] < level],
+            "worst": {"width": worst["width"], "ratio": worst["ratio"], "peer": worst["peer"]} if worst else None,
+            "of_copy": [min(shares), max(shares)] if shares else None,
+            "target": target,
+            "misses": [r["width"] for r in rows if r["width"] >= cfg["target_from_width"] and r["ours"] is not None
+                       and r["ours"] < target],
+            "unsupported": [r["width"] for r in rows if r["ours"] is None],
+        }
+    return out
+
+
+def _widths(widths) -> str:
+    return prose.join(f"H={w}" for w in widths)
+
+
+def takeaway(data) -> str:
+    facts = sweep_facts(data)
+    sentences = []
+    cfg = config(data)
+    start = cfg["target_from_width"]
+    for phase in cfg["targets"]:
+        f = facts[phase]
+        if not f["compared"]:
+            sentences.append(f"{PHASES[phase]}：没有生产版与对手都有结果的宽度。")
+            continue
+        worst = f["worst"]
+        ratio = prose.times(worst["ratio"])
+        gap = (f"最差在 H={worst['width']}，比 {OP_LABELS[worst['peer']]} 慢 {prose.pct(1 / worst['ratio'] - 1)}（{ratio}）"
+               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{OP_LABELS[worst['peer']]} ÷ 生产版 {ratio}）")
+        target = f"拷贝上限的 {prose.pct(f['target'])}"
+        measured = [s["width"] for s in data["results"]["shapes"]
+                    if s["width"] >= start and s["width"] not in f["unsupported"]]
+        misses = (f"宽度 ≥ {start} 时低于{target}的有 {_widths(f['misses'])}" if f["misses"]
+                  else f"宽度 ≥ {start} 时都达到{target}" if measured else "")
+        sentences.append(f"{PHASES[phase]}：生产版在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
+                         f"对手持平或更快（相差 {prose.pct(tie(cfg))} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
+                         + "。")
+    unsupported = facts["fwd"]["unsupported"]
+    if unsupported:
+        sentences.append(f"生产版在 {_widths(unsupported)} 上没有结果。")
+    return "".join(sentences)
+
+
+def _share_span(values) -> str:
+    values = [v for v in values if v is not None]
+    return prose.pct_span(values) if values else "—"
+
+
+def _bucket_table(data) -> str:
+    fwd, both = per_width(data, "fwd"), per_width(data, "fwd_bwd")
+    body = []
+    for low, high in BUCKETS:
+        inside = [i for i, r in enumerate(fwd) if r["width"] >= low and (high is None or r["width"] <= high)]
+        if not inside:
+            continue
+        worst = []
+        for rows in (fwd, both):
+            compared = [rows[i] for i in inside if rows[i]["ratio"] is not None]
+            worst += [min(compared, key=lambda r: r["ratio"])] if compared else []
+        low_one = min(worst, key=lambda r: r["ratio"]) if worst else None
+        body.append([f"{low}–{high}" if high else f"> {low - 1}", f"{len(inside)}",
+                     f"{_share_span(fwd[i]['ours'] for i in inside)}（{_share_span(fwd[i]['best_peer'] for i in inside)}）",
+                     f"{_share_span(both[i]['ours'] for i in inside)}（{_share_span(both[i]['best_peer'] for i in inside)}）",
+                     f"{low_one['label']}（{prose.times(low_one['ratio'])}）" if low_one else "—"])
+    table = tables.md_table(["宽度区间", "宽度数", "forward 占拷贝上限：生产版（最快对手）",
+                             "fwd+bwd 占拷贝上限：生产版（最快对手）", "最差宽度（对手 ÷ 生产版）"], body, "lrrrl")
+    return prose.page(table, caption(data), takeaway(data))
+
+
+def caption(data) -> str:
+    res, cfg = data["results"], config(data)
+    skipped = res.get("skipped", {})
+    text = (f"{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行，共 {len(res['shapes'])} 个宽度。"
+            f"每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数；字节按最少计；拷贝上限为本次运行"
+            f"测得最快的 4 GiB 设备内拷贝，{sweep_ceiling(res)['gbps']:,.0f} GB/s。最快对手："
+            f"{prose.join(OP_LABELS.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个；"
+            "最差宽度取两个方向里对手 ÷ 生产版最小的一次。")
+    if skipped:
+        text += f"未测：{prose.join(OP_LABELS.get(n, n) for n in skipped)}（在本机不能运行）。"
+    return text
+
+
+def _plot(data) -> str:
+    """% of the copy ceiling vs width (log2 axis), one line per contender; forward above, fwd+bwd below."""
+    plt = plots.plot_style()
+    res = data["results"]
+    shapes = res["shapes"]
+    ceiling = sweep_ceiling(res)["gbps"]
+    widths = [s["width"] for s in shapes]
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7.2), sharex=True)
+    cfg = config(data)
+    names = [n for n in cfg["contenders"] if any(n in s["fwd"] or n in s["fwd_bwd"] for s in shapes)]
+    for ax, phase in zip(axes, ("fwd", "fwd_bwd")):
+        for name in names:
+            values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else math.nan for s in shapes]
+            ax.plot(widths, values, marker="o", markersize=3, linewidth=2.2 if name == cfg["ours"] else 1.2,
+                    label=OP_LABELS.get(name, name), color=COLOURS[name],
+                    zorder=3 if name == cfg["ours"] else 2)
+        ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
+        target = cfg["targets"][phase]
+        ax.axhline(100 * target, color="#999999", linestyle=":", linewidth=1)
+        ax.text(widths[0], 100 * target, f"目标 {prose.pct(target)}（宽度 ≥ {cfg['target_from_width']}）",
+                va="bottom", ha="left", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 112)
+        ax.set_yticks(range(0, 101, 20))
+        ax.set_ylabel("有效带宽（占拷贝上限 %）")
+        ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(data['config']['dtype'])}，"
+                     f"{data['config']['rows']} 行", fontsize=10, loc="left")
+    ticks = [w for w in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536) if min(widths) <= w <= max(widths)]
+    axes[1].set_xticks(ticks, [str(t) for t in ticks])
+    axes[1].set_xlabel("隐藏维度 H（列数，对数坐标）")
+    axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)
+    return plots.svg_of(fig)
+
+
+def article_sentence(data) -> str:
+    """篇2 §七's summary of the sweep: how often ours is level or ahead, and where it falls behind most."""
+    facts = sweep_facts(data)
+    widths = [s["width"] for s in data["results"]["shapes"]]
+    parts = []
+    cfg = config(data)
+    for phase in cfg["targets"]:
+        f = facts[phase]
+        parts.append(prose.glue(PHASES[phase], f"在 {f['level_or_ahead']} 个宽度上与最快的对手持平或更快"))
+    text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "生产版的 " + "，".join(parts)
+            + f"（相差 {prose.pct(tie(cfg))} 以内算持平）")
+    worst = facts["fwd_bwd"]["worst"]
+    if worst and worst["ratio"] < 1 - tie(cfg):
+        chunked = cfg["chunked_backward_above"]
+        wide = [w for w in facts["fwd_bwd"]["behind"] if w > chunked]
+        text += (f"；落后最多的是 forward + backward 在 H={worst['width']}，只有 {OP_LABELS[worst['peer']]} 速度的 "
+                 f"{worst['ratio']:.2f}×")
+        if wide:
+            text += f"，落后的宽度里 {len(wide)} 个宽于 {chunked}"
+    return text + "。\n"
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _plot(data),
+            "width_sweep_article.md": article_sentence(data)}

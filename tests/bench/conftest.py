@@ -1,0 +1,84 @@
+"""Shared fixtures of the bench tests: each experiment's --quick run, once per session, saved and read
+back as ``python -m bench.run_all NAME --quick`` saves it (tests/tools/bench_fixtures.py), and a data
+folder holding the small hand-made trace that the committed p1_profile fixture points to."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from bench import store
+from bench_fixtures import SMALL_TRACE, quick_run
+
+# Only a platform without processes (e.g. a WebAssembly build of Python) may skip the runs that start
+# child processes (step, fsdp2); CI never does.
+CAN_SPAWN = sys.platform not in ("emscripten", "wasi") or bool(os.environ.get("CI"))
+# The step contenders a quick run measures, each in a child process: the baseline and the fused add (which
+# runs the most code: the fused patch and its attribution).
+QUICK_STEP_CONTENDERS = "eager,triton_fused_add"
+
+
+def _session_run(name):
+    @pytest.fixture(scope="session")
+    def run(tmp_path_factory):
+        return quick_run(name, tmp_path_factory.mktemp(f"quick_{name}"))
+    return run
+
+
+quick_rmsnorm = _session_run("rmsnorm")
+quick_width_sweep = _session_run("width_sweep")
+quick_fused_add = _session_run("fused_add")
+quick_loss_curve = _session_run("loss_curve")
+quick_p1_roofline = _session_run("p1_roofline")
+quick_p1_compile = _session_run("p1_compile")
+
+
+@pytest.fixture(scope="session")
+def quick_p1_profile_dir(tmp_path_factory):
+    """The folder whose cpu/ holds p1_profile's quick record and the trace it wrote next to it."""
+    folder = tmp_path_factory.mktemp("quick_p1_profile")
+    quick_run("p1_profile", folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def quick_p1_profile(quick_p1_profile_dir):
+    return store.read(quick_p1_profile_dir / "cpu" / "p1_profile.json")
+
+
+@pytest.fixture(scope="session")
+def quick_step(tmp_path_factory):
+    if not CAN_SPAWN:
+        pytest.skip("this platform cannot start processes")
+    previous = os.environ.get("BENCH_STEP_CONTENDERS")
+    os.environ["BENCH_STEP_CONTENDERS"] = QUICK_STEP_CONTENDERS
+    try:
+        return quick_run("step", tmp_path_factory.mktemp("quick_step"))
+    finally:
+        if previous is None:
+            del os.environ["BENCH_STEP_CONTENDERS"]
+        else:
+            os.environ["BENCH_STEP_CONTENDERS"] = previous
+
+
+@pytest.fixture(scope="session")
+def quick_fsdp2(tmp_path_factory):
+    if not CAN_SPAWN:
+        pytest.skip("this platform cannot start processes")
+    return quick_run("fsdp2", tmp_path_factory.mktemp("quick_fsdp2"))
+
+
+@pytest.fixture
+def data_dir_with_the_small_trace(tmp_path, monkeypatch):
+    """A data folder holding the committed data plus the hand-made trace the p1_profile fixture points to."""
+    for gpu in ("cpu", "h200"):
+        folder = tmp_path / gpu
+        source = store.DATA_DIR / gpu
+        if source.is_dir():
+            shutil.copytree(source, folder)
+        folder.mkdir(exist_ok=True)
+        (folder / SMALL_TRACE.name).write_bytes(SMALL_TRACE.read_bytes())
+    monkeypatch.setattr(store, "DATA_DIR", tmp_path)
+    return tmp_path

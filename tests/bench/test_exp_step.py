@@ -1,0 +1,99 @@
+"""bench/exp_step.py: the RMSNorm attribution, checked on a tiny Qwen3 on CPU, the contender selection, and
+the quick run (each contender in its own process, started through run_all's worker hand-off).
+
+The profiler method (record_function around each norm's forward, backward nodes
+linked by autograd sequence number) must find every norm, attribute exactly
+the norm's own backward nodes and nothing from attention, MLP or loss.
+"""
+import pytest
+import torch
+from transformers import Qwen3ForCausalLM
+
+from bench import exp_step
+from bench.report.names import TIE_RULES
+from qwen3_configs import rmsnorm_count, tiny_qwen3_config
+from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
+from qwen3_patch import patch_qwen3_rmsnorm
+from rmsnorm_triton import TritonQwen3RMSNorm
+
+HF_NODES_FP32 = {"PowBackward0", "MeanBackward1", "AddBackward0", "RsqrtBackward0", "MulBackward0"}
+
+
+def _model(norm_cls=None, device="cpu"):
+    config = tiny_qwen3_config(use_cache=False)
+    undo = patch_qwen3_rmsnorm(norm_cls) if norm_cls else None
+    try:
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(config)
+    finally:
+        if undo:
+            undo()
+    return model.to(device), rmsnorm_count(config)
+
+
+def _profile(model, annotate=True, on_gpu=False):
+    batch = torch.randint(0, model.config.vocab_size, (2, 16), device=next(model.parameters()).device)
+    return exp_step.profile_rmsnorm(model, [batch], 1, annotate=annotate, on_gpu=on_gpu)
+
+
+def test_hf_norms_forward_ranges_and_backward_nodes():
+    model, n_norms = _model()
+    profile = _profile(model)
+    assert profile["annotated_ranges"] == n_norms
+    # fp32: both .to() casts are no-ops, leaving pow, mean, add eps, rsqrt, mul, mul by weight.
+    assert set(profile["backward_node_names"]) == HF_NODES_FP32
+    assert profile["backward_nodes"] == 6 * n_norms
+    assert 0 < profile["rmsnorm_fwd_ms"] and 0 < profile["rmsnorm_bwd_ms"]
+    assert profile["rmsnorm_ms"] < profile["device_ms"]
+
+
+def test_triton_norms_are_one_backward_node_each(device, on_gpu):
+    model, n_norms = _model(TritonQwen3RMSNorm, device)  # Triton needs the backend's device
+    profile = _profile(model, on_gpu=on_gpu)
+    assert profile["annotated_ranges"] == n_norms
+    assert profile["backward_node_names"] == ["TritonRMSNormFunctionBackward"]
+    assert profile["backward_nodes"] == n_norms
+
+
+def test_fused_add_tier_counts_the_fused_calls_as_norm_time(device, on_gpu):
+    """triton_fused_add: HF's norm modules with patched forwards; the module ranges hold the
+    2L fused add+norm calls and the 2L+1 plain ones, each with its one backward node."""
+    model, n_norms = _model(device=device)
+    undo = patch_qwen3_fused_add_rmsnorm()
+    try:
+        profile = _profile(model, on_gpu=on_gpu)
+    finally:
+        undo()
+    assert profile["annotated_ranges"] == n_norms
+    assert profile["backward_node_names"] == ["FusedAddRMSNormFunctionBackward",
+                                              "TritonRMSNormFunctionBackward"]
+    assert profile["backward_nodes"] == n_norms
+    if on_gpu:
+        assert any("fused_add" in name for name in profile["named_rmsnorm_kernels"])
+
+
+def test_no_annotation_no_attribution():
+    model, _ = _model()
+    profile = _profile(model, annotate=False)
+    assert profile["annotated_ranges"] == 0 and profile["rmsnorm_ms"] is None
+
+
+def test_tier_selection(monkeypatch):
+    monkeypatch.delenv("BENCH_STEP_CONTENDERS", raising=False)
+    assert exp_step.selected_contenders() == list(exp_step.CONTENDERS)
+    monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager, triton")
+    assert exp_step.selected_contenders() == ["eager", "triton"]
+    monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager,fast")
+    with pytest.raises(ValueError, match="fast"):
+        exp_step.selected_contenders()
+
+
+def test_quick_run_measures_each_contender_in_its_own_process(quick_step):
+    cfg, results = quick_step["config"], quick_step["results"]
+    assert cfg["contenders"] == ["eager", "triton_fused_add"] and list(results) == cfg["contenders"]
+    assert cfg["baseline"] == exp_step.BASELINE and cfg["ours"] == exp_step.OURS and cfg["tie_rule"] in TIE_RULES
+    for contender, record in results.items():
+        assert record["status"] == "ok", record
+        assert record["contender"] == contender and record["label"] == exp_step.CONTENDERS[contender]
+        assert record["norm_count"] == 4 * cfg["model"]["num_hidden_layers"] + 1
+        assert len(record["step_ms"]) == cfg["timed_steps"] and record["profile"]["rmsnorm_ms"] > 0

@@ -1,0 +1,64 @@
+"""bench/report/fsdp2.py: the FSDP2 table, plot and 篇2's sentence from the quick run, what they say when a
+contender fails, errs or is unavailable, and the committed file from before the fused kernel's own id."""
+from __future__ import annotations
+
+import json
+import re
+
+from bench import exp_fsdp2, store
+from bench.report import fsdp2 as report_fsdp2
+from bench.report import plots
+
+
+def test_render_from_the_quick_run(quick_fsdp2):
+    rendered = report_fsdp2.render(quick_fsdp2)
+    assert rendered == report_fsdp2.render(json.loads(json.dumps(quick_fsdp2))), "deterministic"
+    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md"}
+    sentence = rendered["fsdp2_sentence.md"]
+    assert sentence.count("。") == 1 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    assert ("都通过了同一道 loss 门限" in sentence) == quick_fsdp2["results"]["passed"]
+    text = rendered["fsdp2.md"]
+    first, rest = text.split("\n\n", 1)
+    assert first.endswith("。") and re.search(r"\d", first)
+    assert ("都通过 loss 门限" in first) == quick_fsdp2["results"]["passed"]
+    header = next(line for line in rest.splitlines() if line.startswith("|"))
+    cells = header.strip("|").split("|")
+    assert len(cells) <= 6 and all(re.search(r"[\u4e00-\u9fff]", c) for c in cells), header
+    assert rest.count("\n| ") == 1 + len(quick_fsdp2["config"]["variants"]) * len(exp_fsdp2.CONTENDERS)
+    assert any("相对差" in t for t in plots.svg_texts(rendered["fsdp2.svg"]))
+    facts = report_fsdp2.article_facts(quick_fsdp2)
+    assert facts["passed"] == quick_fsdp2["results"]["passed"]
+    assert facts["steps"] == quick_fsdp2["config"]["steps"] and facts["gpus"] == 2
+    assert facts["worst_final_rel_diff"] == max(quick_fsdp2["results"][v][a]["gate"]["final_rel_diff"]
+                                                for v in quick_fsdp2["config"]["variants"] for a in exp_fsdp2.GATED
+                                                if quick_fsdp2["results"][v][a]["status"] == "ok")
+
+
+def test_render_says_fail_error_and_unavailable(quick_fsdp2):
+    data = json.loads(json.dumps(quick_fsdp2))
+    gate = data["results"]["bf16"]["triton"]["gate"]
+    gate.update(passed=False, final_rel_diff=0.02)
+    data["results"]["passed"] = False
+    data["results"]["amp"]["triton_fused_add"] = {"status": "error", "reason": "ValueError: boom"}
+    data["results"]["bf16"]["triton_fused_add"] = {"status": "unavailable", "reason": "x"}
+    data["results"]["unavailable"] = ["triton_fused_add"]
+    text = report_fsdp2.render(data)["fsdp2.md"]
+    first = text.split("\n\n", 1)[0]
+    assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的生产版 RMSNorm；" in first
+    assert "未通过的：bf16 权重下的生产版 RMSNorm" in first and "2.000%" in first
+    assert "出错：fp32 权重 + bf16 autocast 下的融合残差加 + RMSNorm" in first and "不可用" in first
+    assert "| bf16 权重：生产版 RMSNorm |" in text and "| 未通过 |" in text and "| 出错 |" in text
+    assert "ValueError: boom" in text.split("\n\n")[-1], "the caption gives the error"
+    assert "fsdp2.svg" in report_fsdp2.render(data)
+
+
+def test_a_file_from_before_the_word_contender_is_read_in_todays_words():
+    """fsdp2.json lists "arms" and calls the fused add + RMSNorm "fused": read renamed, it renders as before."""
+    old = store.load("fsdp2")
+    assert "arms" in old["config"] and "fused" in old["config"]["arms"]
+    current = report_fsdp2.current(old)
+    assert current["config"]["contenders"] == ["hf", "control", "triton", "triton_fused_add"]
+    assert all(set(current["results"][v]) == set(current["config"]["contenders"]) for v in old["config"]["variants"])
+    assert report_fsdp2.current(current) is current
+    assert report_fsdp2.render(old) == report_fsdp2.render(current)
+    assert "融合残差加 + RMSNorm" in report_fsdp2.render(old)["fsdp2.md"]

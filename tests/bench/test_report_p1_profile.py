@@ -1,0 +1,71 @@
+"""bench/report/p1_profile.py from the committed --quick CPU fixture (and the same with the fields only a
+GPU run fills in), and from a fresh quick run: deterministic, labelled, and saying what 篇1 relies on."""
+from __future__ import annotations
+
+import pytest
+
+from bench.report import p1_profile, plots
+from bench.report.names import CATEGORY_ZH
+from bench_fixtures import SMALL_TRACE, as_if_on_a_gpu, check_p1_render, fixture
+
+pytestmark = pytest.mark.usefixtures("data_dir_with_the_small_trace")
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_render_is_deterministic_and_labelled(gpu):
+    data = fixture("p1_profile")
+    check_p1_render(p1_profile, as_if_on_a_gpu(data) if gpu else data)
+
+
+def test_profile_tables_say_what_the_article_relies_on():
+    out = p1_profile.render(fixture("p1_profile"))
+    assert "| `Qwen3RMSNorm` | 145 |" in out["p1_static_modules.md"]
+    assert "| RMSNorm | 145 | 4 × 36 + 1 = 145 |" in out["p1_export_patterns.md"]
+    assert "| `Qwen3MLP` | ✅ |" in out["p1_fx_trace.md"] and "| `Qwen3Attention` | ❌ |" in out["p1_fx_trace.md"]
+    assert out["p1_decoder_layer_forward.txt"].startswith("# transformers ")
+    assert "self.input_layernorm" in out["p1_decoder_layer_forward.txt"]
+    assert "(0-35): 36 x Qwen3DecoderLayer" in out["p1_model_repr.txt"]
+    launch = out["p1_profile_launch.md"]
+    for row in ("每个训练 step 的 kernel 数", "step 耗时（未开 profiler", "kernel 之间长于", "最长的一串连续"):
+        assert row in launch
+    assert "上界" in launch.splitlines()[-1]  # the caption says which rows the profiler inflates
+    assert "CPU 发射领先 GPU" not in launch  # only a GPU trace has a GPU range
+    assert "CPU 发射领先 GPU" in p1_profile.render(as_if_on_a_gpu(fixture("p1_profile")))["p1_profile_launch.md"]
+    categories = out["p1_profile_categories.md"]
+    for row in fixture("p1_profile")["results"]["main"]["categories"]:
+        assert f"| {CATEGORY_ZH[row['category']]} | {row['kernels']} |" in categories
+
+
+def test_sweep_rows_follow_the_data():
+    data = fixture("p1_profile")
+    table = p1_profile.render(data)["p1_profile_sweep.md"]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [int(r.split("|")[1]) for r in rows] == [e["tokens"] for e in data["results"]["sweep"]]
+
+
+def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_small_trace):
+    """Drawn from the trace next to the JSON: the hand-made trace has 3 launches in decoder_layer.1 that started
+    GPU work (a reduction, a memset, a GEMM); one shared time axis; a wrong or missing trace fails loudly."""
+    data = as_if_on_a_gpu(fixture("p1_profile"))
+    texts = plots.svg_texts(p1_profile.render(data)["p1_profile_layer_timeline.svg"])
+    assert "decoder_layer.1 forward：3 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）" in texts
+    assert {"GEMM", "归约", "拷贝/类型转换", "CPU：启动调用", "GPU：kernel"} <= set(texts)
+    assert "注意力" not in texts  # only categories that ran are in the legend
+    assert "时间（µs，从 decoder_layer.1 forward 在 CPU 上开始计）" in texts
+    assert any(t.startswith("斜线 = GPU 空等（间隔 > 10 µs），共 19 µs") for t in texts)  # 71 → 90; 68 → 70 is short
+    trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    with pytest.raises(RuntimeError, match="not the trace of this run"):
+        p1_profile.render(data)
+    trace.unlink()
+    with pytest.raises(RuntimeError, match="is missing"):
+        p1_profile.render(data)
+
+
+def test_renders_from_the_quick_run(quick_p1_profile, quick_p1_profile_dir, monkeypatch):
+    """What the experiment wrote renders: the timeline reads the trace it saved next to its record."""
+    from bench import store
+
+    monkeypatch.setattr(store, "DATA_DIR", quick_p1_profile_dir)
+    rendered = check_p1_render(p1_profile, quick_p1_profile)
+    assert "p1_profile_layer_timeline.svg" in rendered

@@ -1,0 +1,107 @@
+"""The report package's shared parts: ops (the copy ceiling, shape labels, the comparison words), prose,
+tables (the 实验环境 box, provenance), names (one colour per contender, the tie rules), render."""
+from __future__ import annotations
+
+import pytest
+
+from bench import store
+from bench.report import names, prose
+from bench.report.ops import compare_sentence, copy_ceiling, rows_caption, shape_label
+from bench.report.render import MissingData, loader, render_all
+from bench.report.tables import env_box, provenance_table
+from bench_fixtures import as_if_on_a_gpu, fixture
+
+P1 = ("p1_compile", "p1_profile", "p1_roofline")
+
+
+def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
+    def shape(nbytes, gbps, graph=True):
+        return {"bytes_fwd": nbytes, "copy_same_bytes": {"gbps": gbps} | ({"calls_per_graph": 12} if graph else {})}
+
+    graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
+                 "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
+    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph",
+                                      "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32,
+                                      "large_copy_timer": "CUDA graph"}
+    # The same 4 GiB copy timed eagerly, when faster, is the ceiling.
+    with_eager = graph_run | {"copy": graph_run["copy"] | {"eager": {"gbps": 4240.0}}}
+    assert copy_ceiling(with_eager)["gbps"] == 4240.0 and copy_ceiling(with_eager)["timer"] == "eager"
+    # A large copy timed eagerly (no CUDA graph) is not compared with graph-timed small copies.
+    eager_run = {"copy": {"gbps": 4250.0, "bytes": 2**32}, "shapes": [shape(10**8, 4400.0, graph=False)]}
+    assert copy_ceiling(eager_run)["gbps"] == 4250.0
+
+
+def test_shape_labels_come_from_the_data():
+    assert shape_label({"label": "H=4096", "rows": 16384, "width": 4096}) == "H=4096"
+    assert shape_label({"label": "q 64x128", "rows": 64, "width": 128, "dy_layout": "heads_transposed"}) \
+        == "q_norm（dy 转置）"
+    assert shape_label({"label": "k_norm 131072x128", "rows": 131072, "width": 128}) == "k_norm"
+    # entries written before they carried a label: the head norms by row count, the rest by width
+    assert shape_label({"rows": 524288, "width": 128}) == "q_norm"
+    assert shape_label({"rows": 16384, "width": 1024}) == "H=1024"
+    shapes = [{"label": f"H={w}", "rows": 16384, "width": w} for w in (1024, 2048, 4096)] + [
+        {"label": "q_norm 524288x128", "rows": 524288, "width": 128}]
+    assert rows_caption(shapes) == "H=1024 … H=4096 各 16384 行，q_norm 为 524288×128"
+
+
+def test_comparison_words_follow_the_data_and_the_tie_rule():
+    rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
+            {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
+    text = compare_sentence(rows, 0.01)
+    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平（相差不到 1%）" in text
+    assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
+    assert "全部" in compare_sentence([dict(r, ratio=1.5) for r in rows], 0.01)
+    assert "（相差不到 2%）" in compare_sentence([dict(r, ratio=1.015) for r in rows], 0.02)
+
+
+def test_one_colour_per_contender_and_named_tie_rules():
+    labelled = set(names.OP_LABELS) | set(names.TRAINING_LABELS) | set(names.LOSS_CURVE_LEGEND)
+    assert labelled <= set(names.COLOURS)
+    assert len(set(names.COLOURS.values())) == len(names.COLOURS)  # no two contenders share a colour
+    assert {rule.within for rule in names.TIE_RULES.values()} == {0.01, 0.02}
+    assert names.tie({"tie_rule": "within_2pct"}) == 0.02
+    with pytest.raises(KeyError):
+        names.tie({"tie_rule": "within_3pct"})
+
+
+def test_prose_helpers():
+    assert prose.pct_span([0.855, 0.951]) == "86%–95%"
+    assert prose.pct_span([0.951, 0.95]) == "95%"
+    assert prose.times_span([1.111, 2.109]) == "1.11–2.11"
+    assert prose.glue("autocast", "下") == "autocast 下" and prose.glue("Liger（全套补丁）", "下") == "Liger（全套补丁）下"
+    assert prose.page("| a |\n", "说明", "结论。") == "结论。\n\n| a |\n\n*说明*\n"
+
+
+def test_env_box_lists_each_distinct_value_and_the_date_range():
+    envs = [fixture(name)["environment"] for name in P1]
+    on_gpu = as_if_on_a_gpu(fixture("p1_profile"))["environment"] | {
+        "sm_count": 132, "gpu_memory_gib": 139.8, "torch": "9.9.9", "date": "2026-12-01T00:00:00Z"}
+    box = env_box(envs + [on_gpu], extra_keys=("liger_kernel",))
+    lines = box.splitlines()
+    assert lines[:2] == ['!!! info "实验环境"', ""] and lines[3] == ""
+    hardware, software = lines[2].strip().split(" · "), lines[4].strip().split(" · ")
+    assert all(line.startswith("    ") for line in (lines[2], lines[4])) and len(lines) == 5
+    assert hardware == ["GPU：CPU、NVIDIA H200（132 个 SM，显存 139.8 GiB）", "驱动：000.00", f"CUDA：{on_gpu['cuda']}"]
+    assert f"torch：{envs[0]['torch']}、9.9.9" in software
+    assert f"triton：{envs[0]['triton']}" in software  # one value where the files agree
+    assert f"liger-kernel：{envs[0]['liger_kernel']}" in software
+    assert software[-1] == "测量日期：2026-11-29 至 2026-12-01"
+    assert envs[0]["git_commit"][:7] not in box
+    assert "liger" not in env_box(envs) and "测量日期：2026-11-29\n" in env_box(envs)
+
+
+def test_provenance_table_names_commit_date_and_command():
+    records = {f"{name}.json": fixture(name) for name in P1}
+    table = provenance_table(records)
+    assert table.splitlines()[0] == "| 数据文件 | 提交 | 测量日期 | 重新生成的命令 |"
+    for name, data in records.items():
+        env = data["environment"]
+        assert f"| `{name}` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
+
+
+def test_render_skips_what_has_no_data(monkeypatch, tmp_path):
+    """No data for a GPU: nothing to render, and a summary's load raises MissingData (the summary is skipped)."""
+    monkeypatch.setattr(store, "DATA_DIR", tmp_path)
+    assert render_all("h200") == {}
+    with pytest.raises(MissingData):
+        loader("h200")("rmsnorm")

@@ -1,0 +1,52 @@
+"""bench/report/rmsnorm.py: the op-level tables from the committed H200 data (with and without quack), from
+the quick run, and the words that turn when ours gets slower."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from artifacts import tables, takeaway
+from bench import store
+from bench.report import rmsnorm
+from bench_fixtures import check_artifacts
+
+
+@pytest.fixture(scope="module")
+def committed():
+    if not store.data_path("rmsnorm").exists():
+        pytest.skip("rmsnorm data not committed")
+    return store.load("rmsnorm")
+
+
+def test_the_contender_tables_stay_at_six_columns(committed):
+    assert any("quack" in s["fwd"] for s in committed["results"]["shapes"])  # measured on the H200
+    rendered = rmsnorm.render(committed)
+    # with a quack column the contender tables drop HF eager to stay at 6 columns and say so
+    for name in ("rmsnorm_fwd_all.md", "rmsnorm_eager.md"):
+        header = tables(rendered[name])[0]
+        assert len(header) == 6 and "quack" in header and "HF eager" not in header
+        assert "HF eager 未列出" in rendered[name]
+    # data from before quack (or a run where it could not load) still renders, without the column
+    without = copy.deepcopy(committed)
+    for s in without["results"]["shapes"]:
+        for phase in ("fwd", "fwd_bwd", "fwd_eager", "fwd_bwd_eager"):
+            s[phase].pop("quack", None)
+    header = tables(rmsnorm.render(without)["rmsnorm_fwd_all.md"])[0]
+    assert "quack" not in header and "HF eager" in header
+
+
+def test_the_takeaway_turns_when_ours_gets_slower(committed):
+    rms = copy.deepcopy(committed)
+    for s in rms["results"]["shapes"]:  # make ours three times slower than every peer in forward + backward
+        slowest = max(v["median_us"] for n, v in s["fwd_bwd"].items() if n != "triton")
+        s["fwd_bwd"]["triton"]["median_us"] = 3 * slowest
+    sentence = takeaway(rmsnorm.render(rms)["rmsnorm_fwdbwd.md"])
+    assert "慢" in sentence and "快于" not in sentence
+
+
+def test_renders_from_the_quick_run(quick_rmsnorm):
+    rendered = rmsnorm.render(quick_rmsnorm)
+    assert {"rmsnorm_fwd.md", "rmsnorm_rstd.md", "rmsnorm_bandwidth.svg"} <= set(rendered)
+    check_artifacts(rendered)
+    assert "| q_norm |" in rendered["rmsnorm_rstd.md"]  # the rstd entries carry their labels

@@ -1,0 +1,85 @@
+"""bench/report/width_sweep.py: the bucket table, the plot and the article's sentence say what the data says,
+a width where ours raised is named, and the facts follow the numbers and the run's tie rule and targets."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from artifacts import takeaway
+from bench.harness.op_timing import min_bytes
+from bench.report import width_sweep
+from bench_fixtures import check_artifacts
+
+
+def test_renders_and_states_the_facts(quick_width_sweep):
+    sweep = quick_width_sweep
+    widths = len(sweep["results"]["shapes"])
+    rendered = width_sweep.render(sweep)
+    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_article.md"}
+    article = rendered["width_sweep_article.md"]
+    assert article.count("。") == 1 and f"{widths} 个宽度上" in article
+    assert rendered == width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
+    check_artifacts(rendered)
+    facts = width_sweep.sweep_facts(sweep)
+    assert facts["fwd"]["unsupported"] == [] and facts["fwd"]["compared"] == widths
+    # a width where ours raised is named, not dropped silently
+    broken = copy.deepcopy(sweep)
+    wide = broken["results"]["shapes"][-1]
+    for phase in ("fwd", "fwd_bwd"):
+        wide[phase].pop("triton")
+    wide["errors"]["triton"] = "ValueError: rows too wide"
+    assert width_sweep.sweep_facts(broken)["fwd"]["unsupported"] == [wide["width"]]
+    assert f"H={wide['width']} 上没有结果" in takeaway(width_sweep.render(broken)["width_sweep.md"])
+
+
+def _with_times(sweep, ours, peer, phase="fwd"):
+    """The quick data with ours' and F.rms_norm's times set per width (µs), other peers removed."""
+    data = copy.deepcopy(sweep)
+    for s in data["results"]["shapes"]:
+        s[phase] = {}
+        for name, us in (("triton", ours(s["width"])), ("torch_rms_norm", peer(s["width"]))):
+            if us is not None:
+                s[phase][name] = {"median_us": us, "gbps": s[f"bytes_{phase}"] / (us * 1e3)}
+        s["errors"] = {}
+    return data
+
+
+@pytest.fixture
+def four_widths(quick_width_sweep):
+    """Ours and one peer at four widths, ours at a set share of the copy ceiling and the peer at another."""
+    widths = [256, 1000, 2048, 3000]
+    sweep = copy.deepcopy(quick_width_sweep)
+    sweep["results"]["shapes"] = [dict(sweep["results"]["shapes"][0], width=w, label=f"H={w}",
+                                       bytes_fwd=min_bytes(16, w)["fwd"]) for w in widths]
+    ceiling = width_sweep.sweep_ceiling(sweep["results"])["gbps"]
+    at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.95}  # ours' share of the ceiling
+    peer = {256: 0.5 * 1.015, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.95}  # the peer's share
+
+    def us(share, w):
+        return min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
+
+    return _with_times(sweep, lambda w: us(at_share[w], w), lambda w: us(peer[w], w))
+
+
+def test_sweep_facts_follow_the_data(four_widths):
+    facts = width_sweep.sweep_facts(four_widths)["fwd"]
+    assert facts["compared"] == 4 and facts["level_or_ahead"] == 3  # 256 within 2 %, 1000 ahead, 3000 level
+    assert facts["behind"] == [2048] and facts["worst"]["width"] == 2048
+    assert facts["worst"]["ratio"] == pytest.approx(0.8)
+    assert facts["misses"] == [2048]  # 80 % < 85 % at a width >= 1024; 256 is below the targets' first width
+    text = width_sweep.takeaway(four_widths)
+    assert "4 个宽度中的 3 个" in text and "最差在 H=2048，比 F.rms_norm 慢 25%" in text
+    assert "低于拷贝上限的 85%的有 H=2048" in text and "（相差 2% 以内算持平）" in text
+
+
+def test_the_tie_rule_and_the_targets_come_from_the_run(four_widths):
+    """The same times under a run that recorded a 1 % tie rule and other targets say other words."""
+    data = copy.deepcopy(four_widths)
+    data["config"].update(tie_rule="within_1pct", targets={"fwd": 0.95, "fwd_bwd": 0.75}, target_from_width=2048)
+    facts = width_sweep.sweep_facts(data)["fwd"]
+    assert facts["level_or_ahead"] == 2 and facts["behind"] == [2048, 256]  # 256's peer is 1 % ahead
+    assert facts["misses"] == [2048]
+    text = width_sweep.takeaway(data)
+    assert "（相差 1% 以内算持平）" in text and "宽度 ≥ 2048 时低于拷贝上限的 95%的有 H=2048" in text
