@@ -179,7 +179,9 @@ def test_env_box_and_provenance_table_build_from_environment_blocks():
 # ---------------------------------------------------------------- (b) data files
 
 def _data_files():
-    return sorted((DOCS / "data").rglob("*.json")) if (DOCS / "data").exists() else []
+    # docs/data/claims/ holds the claims ledgers (tests/test_claims.py), not measurements
+    return sorted(p for p in (DOCS / "data").rglob("*.json") if "claims" not in p.relative_to(DOCS / "data").parts) \
+        if (DOCS / "data").exists() else []
 
 
 def check_record(record: dict, gpu_folder: str) -> list[str]:
