@@ -52,7 +52,7 @@ def report() -> str:
     """The text of docs/generated/graph_break_explain.txt."""
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     weight = torch.randn(64, dtype=torch.bfloat16)
-    header = (f"# torch {torch.__version__.split('+')[0]}: "
+    header = (f"# on a CPU, torch {torch.__version__.split('+')[0]}: "
               "torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)")
     lines = [header] + [explain_report(fn, x, weight)
                         for fn in (rms_norm_with_check, rms_norm_plain)]
