@@ -7,11 +7,10 @@ inside each piece. The same function without the check compiles to one graph.
     python snippets/graph_break_demo.py    # print the report
     python snippets/graph_break_demo.py --write docs/generated/graph_break_explain.txt
 """
+import pathlib
 import sys
 
 # --8<-- [start:demo]
-import pathlib
-
 import torch
 
 
@@ -21,6 +20,7 @@ def rms_norm_with_check(x, weight, eps=1e-6):
         print("warning: very large activations")
     y = x.float() * torch.rsqrt(variance + eps)
     return weight * y.to(x.dtype)
+# --8<-- [end:demo]
 
 
 def rms_norm_plain(x, weight, eps=1e-6):
@@ -30,6 +30,7 @@ def rms_norm_plain(x, weight, eps=1e-6):
 
 
 def explain_report(fn, *args) -> str:
+    """torch._dynamo.explain's graph count, graph ops and break reasons as text."""
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(fn)(*args)
     lines = [f"{fn.__name__}: graph_count={explanation.graph_count}, "
@@ -45,14 +46,13 @@ def explain_report(fn, *args) -> str:
         lines.append(f"    at {pathlib.Path(frame.filename).name}:{frame.lineno}: "
                      f"{(frame.line or '').strip()}")
     return "\n".join(lines)
-# --8<-- [end:demo]
 
 
 def report() -> str:
     """The text of docs/generated/graph_break_explain.txt."""
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     weight = torch.randn(64, dtype=torch.bfloat16)
-    header = (f"# torch {torch.__version__.split('+')[0]}: "
+    header = (f"# on a CPU, torch {torch.__version__.split('+')[0]}: "
               "torch._dynamo.explain(fn)(x, weight), x: bf16 (8, 64)")
     lines = [header] + [explain_report(fn, x, weight)
                         for fn in (rms_norm_with_check, rms_norm_plain)]
@@ -63,6 +63,8 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--write":
         pathlib.Path(sys.argv[2]).write_text(report(), encoding="utf-8")
     # --8<-- [start:call]
+    from graph_break_demo import explain_report, rms_norm_plain
+
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     weight = torch.randn(64, dtype=torch.bfloat16)
     print(explain_report(rms_norm_with_check, x, weight))

@@ -98,7 +98,7 @@ def torchinfo_report() -> str:
 
     from qwen3_configs import tiny_qwen3_config
 
-    header = (f"# torchinfo {torchinfo.__version__}, "
+    header = (f"# on a CPU: torchinfo {torchinfo.__version__}, "
               f"transformers {transformers.__version__}, "
               f"torch {torch.__version__.split('+')[0]}: "
               "torchinfo_summary(tiny Qwen3), 16 tokens")

@@ -6,6 +6,9 @@ At a desktop (1280x800) and a phone (390x844) viewport, fails on any table, code
 image or diagram wider than the content column, and on a table that scrolls sideways;
 a code block may scroll sideways on the phone only.
 Screenshots of every page, light and dark, go to artifacts/screenshots/.
+At 1280 px, each article is at most ``MAX_ARTICLE_HEIGHT_PX`` tall, every string in a plot
+renders at ``MIN_FIGURE_TEXT_PX`` or more, every diagram label at ``MIN_DIAGRAM_TEXT_PX`` or
+more, and every diagram fits one 1280x800 screen; the measured heights are printed.
 
 Uses Debian's /usr/bin/chromium through Python playwright (no browser download).
 The site is built fresh (``mkdocs build --strict``) into a temporary folder.
@@ -13,9 +16,11 @@ The site is built fresh (``mkdocs build --strict``) into a temporary folder.
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import threading
@@ -140,6 +145,99 @@ INSPECT_OVERFLOW = """
   return out;
 }
 """
+# What a reader sees at 1280 px, for each article: the page height, each SVG plot (its
+# displayed width, to scale the plot's own font sizes), and each diagram's height and the
+# smallest label font as rendered (CSS font size times the SVG's scale).
+INSPECT_READING = """
+() => {
+  const column = document.querySelector("article.md-content__inner");
+  const plots = Array.from(column.querySelectorAll("img"))
+    .filter((img) => /\\.svg(\\?|$)/.test(img.getAttribute("src") || ""))
+    .map((img) => ({ src: img.getAttribute("src"), width: img.getBoundingClientRect().width,
+                     linked: !!img.closest("a[href]") }));
+  const diagrams = [];
+  for (const div of column.querySelectorAll("div.mermaid")) {
+    const svg = (div.shadowRoot || div).querySelector("svg");
+    if (!svg) continue;
+    const box = svg.getBoundingClientRect();
+    const view = svg.viewBox && svg.viewBox.baseVal && svg.viewBox.baseVal.width ? svg.viewBox.baseVal.width : box.width;
+    const scale = box.width / view;
+    let smallest = Infinity, label = "";
+    for (const el of svg.querySelectorAll(".nodeLabel, .edgeLabel, text")) {
+      const words = el.textContent.trim();
+      if (!words) continue;
+      const size = parseFloat(getComputedStyle(el).fontSize) * scale;
+      if (size < smallest) { smallest = size; label = words.slice(0, 40); }
+    }
+    diagrams.push({ height: box.height, width: box.width, smallest, label });
+  }
+  return { height: document.documentElement.scrollHeight, plots, diagrams };
+}
+"""
+ARTICLE_PATHS = ["/qwen3-fusion/", "/triton-rmsnorm/", "/triton-rmsnorm-fused-add/"]
+MAX_ARTICLE_HEIGHT_PX = 25_000
+MIN_FIGURE_TEXT_PX = 10
+MIN_DIAGRAM_TEXT_PX = 12
+MAX_DIAGRAM_HEIGHT_PX = 800
+_SVG_VIEWBOX = re.compile(r'<svg[^>]*\bviewBox="[-\d.]+ [-\d.]+ ([\d.]+) [\d.]+"')
+_SVG_TEXT = re.compile(r'<g id="text_\d+">\s*<!-- ((?:(?!-->).)*?) -->\s*<g [^>]*transform="[^"]*scale\(([\d.]+) -[\d.]+\)"', re.S)
+
+
+def svg_text_sizes(svg: str) -> tuple[float, list[tuple[str, float]]]:
+    """(viewBox width, [(string, font size in viewBox units)]) of a plot made by bench's svg_of.
+
+    matplotlib draws each string as glyph outlines in a group scaled by font size / 100,
+    after an XML comment holding the string.
+    """
+    width = float(_SVG_VIEWBOX.search(svg).group(1))
+    return width, [(html.unescape(text), float(scale) * 100) for text, scale in _SVG_TEXT.findall(svg)]
+
+
+def reading_problems(browser, server: str, site: pathlib.Path) -> tuple[list[str], list[str]]:
+    """(problems, one measurement line per article) at 1280x800, light scheme."""
+    context = browser.new_context(color_scheme="light", viewport=VIEWPORTS["desktop"], service_workers="block")
+    context.add_init_script(OPEN_SHADOW_ROOTS)
+    problems, lines = [], []
+    try:
+        for path in ARTICLE_PATHS:
+            page = context.new_page()
+            page.goto(server + path, wait_until="load")
+            _wait_for_diagrams(page, site, path)
+            seen = page.evaluate(INSPECT_READING)
+            page.close()
+            sizes = []
+            if seen["height"] > MAX_ARTICLE_HEIGHT_PX:
+                problems.append(f"{path}: {seen['height']} px tall at 1280 px, limit {MAX_ARTICLE_HEIGHT_PX}")
+            for plot in seen["plots"]:
+                file = (site / path.lstrip("/") / plot["src"]).resolve()
+                view_width, texts = svg_text_sizes(file.read_text(encoding="utf-8"))
+                scale = plot["width"] / view_width
+                small = min(texts, key=lambda t: t[1]) if texts else ("", float("inf"))
+                sizes.append(small[1] * scale)
+                if small[1] * scale < MIN_FIGURE_TEXT_PX:
+                    problems.append(f"{path} {plot['src']}: text {small[0]!r} renders at {small[1] * scale:.1f} px "
+                                    f"(font {small[1]:.1f} in a {view_width:.0f}-wide plot shown {plot['width']:.0f} px "
+                                    f"wide), minimum {MIN_FIGURE_TEXT_PX}")
+                if not plot["linked"]:
+                    problems.append(f"{path} {plot['src']}: the plot is not a link to its full-size file")
+            for index, diagram in enumerate(seen["diagrams"], 1):
+                if diagram["smallest"] < MIN_DIAGRAM_TEXT_PX:
+                    problems.append(f"{path} diagram {index}: label {diagram['label']!r} renders at "
+                                    f"{diagram['smallest']:.1f} px, minimum {MIN_DIAGRAM_TEXT_PX}")
+                if diagram["height"] > MAX_DIAGRAM_HEIGHT_PX:
+                    problems.append(f"{path} diagram {index}: {diagram['height']:.0f} px tall, more than one "
+                                    f"screen ({MAX_DIAGRAM_HEIGHT_PX} px)")
+            smallest_plot = f"{min(sizes):.1f}" if sizes else "-"
+            smallest_label = f"{min(d['smallest'] for d in seen['diagrams']):.1f}" if seen["diagrams"] else "-"
+            lines.append(f"{path}: {seen['height']} px tall at 1280 px (limit {MAX_ARTICLE_HEIGHT_PX}); "
+                         f"{len(seen['plots'])} plots, smallest text {smallest_plot} px; "
+                         f"{len(seen['diagrams'])} diagrams, smallest label {smallest_label} px, tallest "
+                         f"{max((d['height'] for d in seen['diagrams']), default=0):.0f} px")
+    finally:
+        context.close()
+    return problems, lines
+
+
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 
 
@@ -305,6 +403,21 @@ def test_nothing_wider_than_the_column(browser, server, built_site, viewport):
     if report:
         pytest.fail(f"{len(report)} element(s) do not fit the content column:\n  " + "\n  ".join(report),
                     pytrace=False)
+
+
+def test_articles_read_at_desktop_width(browser, server, built_site):
+    """Height, plot text and diagram size of each article at 1280 px (printed, then checked)."""
+    problems, lines = reading_problems(browser, server, built_site)
+    print("\n" + "\n".join(lines))
+    if problems:
+        pytest.fail(f"{len(problems)} reading problem(s) at 1280 px:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def test_plot_text_sizes_are_read_from_the_svg():
+    svg = ('<svg width="200pt" viewBox="0 0 200 100">\n <g id="text_1">\n  <!-- 生产版 -->\n'
+           '  <g style="fill: #777" transform="translate(1 2) rotate(-90) scale(0.08 -0.08)">\n'
+           '<g id="text_2">\n <!-- a &amp; b -->\n <g transform="translate(3 4) scale(0.1 -0.1)">')
+    assert svg_text_sizes(svg) == (200.0, [("生产版", 8.0), ("a & b", 10.0)])
 
 
 def test_chinese_search_finds_pages(browser, server):

@@ -18,6 +18,7 @@ import re
 
 import pytest
 
+import code_count
 import docs_tools
 import prose_count
 
@@ -75,6 +76,33 @@ def test_article_prose_length(page):
 
 def test_every_article_has_a_limit():
     assert sorted(prose_count.LIMITS) == sorted(ARTICLES)
+    assert sorted(code_count.LIMITS) == sorted(ARTICLES)
+
+
+@pytest.mark.parametrize("page", ARTICLES)
+def test_article_code_length(page):
+    """Code in proportion to the words: the snippet lines a page shows stay under a limit."""
+    count, limit = code_count.count_page(docs_tools.ROOT / page), code_count.LIMITS[page]
+    print(f"\n{page}: {count} lines of code shown (limit {limit})")
+    if count > limit:
+        biggest = sorted(code_count.shown_code((docs_tools.ROOT / page).read_text(encoding="utf-8")),
+                         key=lambda item: -item[2])[:5]
+        pytest.fail(f"{page}: {count} lines of code shown, limit {limit}; largest includes: "
+                    + ", ".join(f"{target} ({lines} lines, page line {line})" for line, target, lines in biggest),
+                    pytrace=False)
+
+
+def test_code_counter_counts_snippet_includes_only():
+    page = """```python title="snippets/x.py"
+--8<-- "snippets/triton_one_minute.py:kernel"
+```
+
+```text
+--8<-- "docs/generated/graph_break_explain.txt"
+```
+"""
+    [(line, target, lines)] = code_count.shown_code(page)
+    assert (line, target) == (2, "snippets/triton_one_minute.py:kernel") and lines > 5
 
 
 def test_prose_counter_counts_only_prose():
