@@ -14,17 +14,14 @@ from rmsnorm_triton import candidate_configs, forward_arguments, rms_norm_fwd_ke
 
 @functools.cache
 def autotuned_fwd_kernel(n_cols):
-    # The sweep's candidates for this row width (篇2 §七), as triton.Configs;
-    # the chunked ones launch another kernel.
+    # The sweep's register candidates (the chunked ones launch another kernel)
     configs = [triton.Config(c.constexprs(), num_warps=c.num_warps)
                for c in candidate_configs(n_cols, "forward") if not c.chunked]
-    # key: re-tune per row width (tensor dtypes are part of the key too)
     return triton.autotune(configs=configs, key=["n_cols"])(rms_norm_fwd_kernel)
 
 
 def rms_norm_forward_autotuned(x, weight, eps=1e-6):
-    # The shipped wrapper's checks, outputs and kernel arguments; the autotuner
-    # supplies BLOCK_ROWS, BLOCK_COLS, TAIL_COLS and num_warps.
+    # The autotuner supplies BLOCK_ROWS, BLOCK_COLS, TAIL_COLS and num_warps.
     y, _, args = forward_arguments(x, weight, eps)
     kernel = autotuned_fwd_kernel(x.shape[-1])
     kernel[lambda meta: (triton.cdiv(args["n_rows"], meta["BLOCK_ROWS"]),)](**args)

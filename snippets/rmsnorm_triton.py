@@ -129,9 +129,9 @@ def rms_norm_fwd_kernel(
         _normalize_store(X, Y, S, x_tail, w_tail, rstd, rows, tail_cols, row_mask,
                          n_cols, ALIGN, HAS_RESIDUAL)
     tl.store(RSTD + rows, rstd, mask=row_mask)
+# --8<-- [end:fwd_kernel]
 
 
-# --8<-- [start:bwd_kernel]
 # --8<-- [start:fused_helpers]
 @triton.jit
 def _add_residual(x, residual):
@@ -155,9 +155,9 @@ def _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr,
     else:
         return tl.zeros([1, 1], dtype=DS.dtype.element_ty)
 # --8<-- [end:fused_helpers]
-# --8<-- [end:fwd_kernel]
 
 
+# --8<-- [start:bwd_tile]
 @triton.jit
 def _load_grad_tile(X, DY, DS, rows, cols, n_rows, n_cols, size1, size2, strides,
                     ALIGN: tl.constexpr, HAS_DS: tl.constexpr):
@@ -179,8 +179,10 @@ def _dx_store(DX, x_hat, wdy, c, rstd, ds, rows, cols, row_mask, n_cols,
     if HAS_DS:
         dx += ds
     _store_tile(DX, dx, rows, cols, row_mask, n_cols, ALIGN)
+# --8<-- [end:bwd_tile]
 
 
+# --8<-- [start:bwd_kernel]
 @triton.jit
 def rms_norm_bwd_kernel(
     DY, X, W, RSTD, DX, DW_PARTIAL, DS,  # DS: the fused add's ds (HAS_DS)
@@ -839,8 +841,18 @@ class TritonQwen3RMSNormFwdOnly(TritonQwen3RMSNorm):
 
 
 if __name__ == "__main__":
+    # --8<-- [start:fwd_imports]
+    from rmsnorm_triton import _add_residual  # the fused add's (HAS_RESIDUAL)
+    # --8<-- [end:fwd_imports]
+
+    # --8<-- [start:bwd_imports]
+    from rmsnorm_triton import (_add_residual, _dx_store, _inv_rms, _load_ds,
+                                _load_grad_tile, _load_tile, _row_offsets, _store_tile)
+    # --8<-- [end:bwd_imports]
+
     # --8<-- [start:bwd_launch]
-    from rmsnorm_triton import backward_config, row_alignment, rows_layout, sm_count
+    from rmsnorm_triton import (backward_config, reduce_dw_partials, row_alignment,
+                                rows_layout, sm_count)
 
     def rms_norm_backward_registers(dy, x, weight, rstd):
         """dx and dw of rows that fit in registers, bf16/fp16/fp32 (the shipped

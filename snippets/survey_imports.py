@@ -4,7 +4,7 @@ Each function is one library's entry point applied to Qwen3. Third-party
 libraries are imported inside the functions, so this file imports anywhere;
 `python snippets/survey_imports.py` reports which of them this machine has.
 Each section carries its own imports. flash-attn, Unsloth, xFormers and Apex need
-CUDA builds; Liger has its own demo (snippets/liger_qwen3_demo.py).
+CUDA builds; Liger's patch is undone and trained in snippets/liger_qwen3_demo.py.
 """
 import importlib.util
 
@@ -19,6 +19,19 @@ def qwen3_with_flash_attention(config):
     return AutoModelForCausalLM.from_config(
         config, attn_implementation="flash_attention_2", dtype=torch.bfloat16)
 # --8<-- [end:flash_attn]
+
+
+# --8<-- [start:liger]
+def qwen3_with_liger(config):
+    # Rebinds names in transformers' modeling_qwen3 for the whole process: call
+    # it before the model is built (snippets/liger_qwen3_demo.py undoes it).
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+    from transformers import AutoModelForCausalLM
+
+    apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True,
+                                fused_linear_cross_entropy=True)
+    return AutoModelForCausalLM.from_config(config)
+# --8<-- [end:liger]
 
 
 # --8<-- [start:unsloth]

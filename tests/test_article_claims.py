@@ -174,3 +174,26 @@ def test_bf16_arithmetic_without_upcast_compiles_and_loses_precision():  # pragm
     upcast = helpers.rel_err(_mean_squares(x, upcast=True), reference)
     bf16 = helpers.rel_err(_mean_squares(x, upcast=False), reference)  # finite, no error raised
     assert bf16 > 10 * upcast, (bf16, upcast)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("width", [1000, 3000])
+def test_widths_off_sixteen_use_vector_loads(width):  # pragma: gpu only
+    """ALIGN + tl.multiple_of: rows of 1000 or 3000 bf16 values load 16 bytes at a time."""
+    import triton
+
+    import rmsnorm_triton as rt
+
+    x = torch.randn(64, width, device="cuda", dtype=torch.bfloat16)
+    weight = torch.ones(width, device="cuda", dtype=torch.bfloat16)
+    _, _, args = rt.forward_arguments(x, weight, 1e-6)
+    config = rt.forward_config(width, x.device)
+    assert not config.chunked and args["ALIGN"] == 8  # 8 bf16 values: 16 bytes
+    compiled = rt.rms_norm_fwd_kernel[(triton.cdiv(64, config.block_rows),)](
+        **args, **config.constexprs(), num_warps=config.num_warps)
+    ptx = compiled.asm["ptx"]
+    assert "ld.global.v4" in ptx, "no 16-byte loads"
+    without_hint = {**args, "ALIGN": 1}
+    ptx_1 = rt.rms_norm_fwd_kernel[(triton.cdiv(64, config.block_rows),)](
+        **without_hint, **config.constexprs(), num_warps=config.num_warps).asm["ptx"]
+    assert ptx.count("ld.global.v4") > ptx_1.count("ld.global.v4")  # the hint buys them

@@ -15,14 +15,16 @@ from pyflakes import checker, messages
 
 SNIPPETS = pathlib.Path(__file__).resolve().parents[1] / "snippets"
 CHAINS = {  # what the pages of 篇 2 and its companion page include, in order
-    "forward kernel": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "tile"),
-                       ("rmsnorm_triton", "fwd_kernel")],
-    "backward kernel, launcher and check": [
-        ("rmsnorm_triton", "imports"), ("rmsnorm_triton", "tile"), ("rmsnorm_triton", "bwd_kernel"),
-        ("rmsnorm_triton", "dw_reduce_kernel"), ("rmsnorm_triton", "bwd_launch"),
+    "forward kernel": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "tile"),  # 篇 2 §4.3
+                       ("rmsnorm_triton", "fwd_imports"), ("rmsnorm_triton", "fwd_kernel")],
+    "backward kernel, launcher and check": [  # 篇 2 §5.4: the helpers come from the file
+        ("rmsnorm_triton", "imports"), ("rmsnorm_triton", "bwd_imports"),
+        ("rmsnorm_triton", "bwd_kernel"), ("rmsnorm_triton", "bwd_launch"),
         ("rmsnorm_triton", "bwd_check")],
     "both kernels": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "tile"),
-                     ("rmsnorm_triton", "fwd_kernel"), ("rmsnorm_triton", "bwd_kernel")],
+                     ("rmsnorm_triton", "fwd_kernel"), ("rmsnorm_triton", "fused_helpers"),
+                     ("rmsnorm_triton", "bwd_tile"),
+                     ("rmsnorm_triton", "bwd_kernel"), ("rmsnorm_triton", "dw_reduce_kernel")],
     "column blocks": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "column_blocks")],
     "fused helpers": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "fused_helpers")],
     "fused op": [("rmsnorm_fused_add", "imports"), ("rmsnorm_fused_add", "autograd"),

@@ -153,3 +153,22 @@ def test_inductor_wraps_without_compiling_yet():
     norm = Qwen3RMSNorm(64)
     compiled = survey_imports.qwen3_with_inductor(norm)  # compilation happens at the first call
     assert compiled is not norm and compiled._orig_mod is norm
+
+
+def test_liger_patch_builds_a_qwen3_of_liger_modules():
+    pytest.importorskip("liger_kernel")
+    from transformers.models.qwen3 import modeling_qwen3
+
+    from qwen3_configs import tiny_qwen3_config
+
+    names = ("Qwen3RMSNorm", "Qwen3MLP", "apply_rotary_pos_emb")
+    saved = {name: getattr(modeling_qwen3, name) for name in names}
+    saved_forward = modeling_qwen3.Qwen3ForCausalLM.forward
+    try:
+        model = survey_imports.qwen3_with_liger(tiny_qwen3_config())
+        kinds = {type(m).__name__ for m in model.modules()}
+        assert {"LigerRMSNorm", "LigerSwiGLUMLP"} <= kinds and "Qwen3RMSNorm" not in kinds
+    finally:  # the patch is process-global
+        for name, value in saved.items():
+            setattr(modeling_qwen3, name, value)
+        modeling_qwen3.Qwen3ForCausalLM.forward = saved_forward

@@ -5,7 +5,7 @@ import copy
 
 from bench.report import prose, tables
 from bench.report.loss_curve import loss_plot
-from bench.report.names import CONTROL_DIFF, TRAINING_LABELS, precision_zh
+from bench.report.names import CONTROL_DIFF, TIE_RULES, TRAINING_LABELS, precision_zh
 
 NAME = "fsdp2"
 # Files written before the word "contender" and the fused kernel's own id list the contenders as "arms" and
@@ -114,7 +114,33 @@ def article_sentence(data: dict) -> str:
         text = f"补丁在多卡训练里同样成立：{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步，{verdict}"
     else:
         text = f"{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步：" + takeaway(data).rstrip("。")
-    return text + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
+    return text + "。" + step_sentence(data) + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
+
+
+def step_sentence(data: dict) -> str:
+    """How the patches change the step time of this small model, and why that says little: a step is
+    tens of ms for under a tenth of a TFLOP of matrix work per GPU (6 x parameters x tokens)."""
+    data = current(data)
+    cfg, results = config(data), data["results"]
+    m = cfg["geometry"]
+    hf = {v: max(results[v]["hf"]["median_step_ms"]) for v in cfg["variants"] if results[v]["hf"]["status"] == "ok"}
+    if not hf:
+        return ""
+    tokens = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
+    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in hf) * cfg["world_size"]
+    tflop = 6 * params * tokens / 1e12
+    parts = []
+    for v, hf_ms in hf.items():
+        arms = [(TRAINING_LABELS[a], max(results[v][a]["median_step_ms"])) for a in cfg["gated"]
+                if results[v][a]["status"] == "ok"]
+        slower = [ms for _, ms in arms if ms > hf_ms * (1 + TIE_RULES["within_2pct"].within)]
+        verdict = ("都比 HF 慢" if len(slower) == len(arms) else "与 HF 互有快慢" if slower
+                   else f"与 HF 持平（相差不到 {prose.pct(TIE_RULES['within_2pct'].within)}）")
+        parts.append(f"{prose.glue(precision_zh(v), '下')}补丁{verdict}（"
+                     + "、".join(f"{tables.fmt(ms, 3)}" for _, ms in arms) + f" ms 对 {tables.fmt(hf_ms, 3)} ms）")
+    return (f"这个模型只有 {m['num_hidden_layers']} 层、hidden {m['hidden_size']}，每卡每步的矩阵运算约 "
+            f"{tflop / cfg['world_size']:.2g} TFLOP，一步却要几十毫秒，时间几乎都不在矩阵运算上："
+            + "；".join(parts) + "，所以这里的 step 时间说明不了 kernel 的快慢")
 
 
 def _caption(data: dict) -> str:

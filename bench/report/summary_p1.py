@@ -33,8 +33,8 @@ def rmsnorm_point(profile: dict, roofline: dict) -> str:
     per_layer = norms_per_layer(static)
     count = f"{per_layer} × {layers} + 1 = {norms}" if norms == per_layer * layers + 1 else f"{norms}"
     kernels = {p["name"]: p for p in roofline["results"]["points"]}["RMSNorm"]["eager"]["kernels"]
-    return (f"Qwen3-{static['size']} 有 {count} 个 RMSNorm（每层 4 个，含 q_norm / k_norm，再加输出前的 1 个）；"
-            f"eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
+    return (f"先数清要融合的算子：Qwen3-{static['size']} 有 {count} 个 RMSNorm（每层 4 个，含 q_norm / k_norm，"
+            f"再加输出前的 1 个），eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
 
 
 def category_point(profile: dict) -> str:
@@ -50,8 +50,8 @@ def category_point(profile: dict) -> str:
     count = f"{total_kernels} 个 kernel 里的 {small_kernels} 个"
     share = (f"合计只占 kernel 时间的 {small_share:.1f}%，却是 {count}" if small_kernels / total_kernels > small_share / 100
              else f"合计占 kernel 时间的 {small_share:.1f}%、{count}")
-    return (f"一个训练 step（Qwen3-{config['size']} 层几何，T={config['seq_len']}）里，"
-            f"{CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}：它们正是融合的目标。")
+    return (f"在 profile 里盯住 GEMM 之间的小 kernel：一个训练 step（Qwen3-{config['size']} 层几何，T={config['seq_len']}）里，"
+            f"{CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}，它们正是融合的目标。")
 
 
 def roofline_point(roofline: dict) -> str:
@@ -61,11 +61,12 @@ def roofline_point(roofline: dict) -> str:
     speedups = {name: p["measured"]["eager"]["median_us"] / p["measured"]["fused"]["median_us"]
                 for name, p in points.items() if {"eager", "fused"} <= set(p.get("measured", {}))}
     best = max(speedups, key=speedups.get)
-    text = (f"RMSNorm 融合成 {rms['fused']['kernels']} 个 kernel 后，每层 4 个 RMSNorm 每 token 读写的显存从 "
-            f"{before:,.0f} 字节降到 {after:,.0f} 字节（原来的 {100 * after / before:.0f}%），实测{ratio_text(speedups['RMSNorm'])}")
+    text = (f"动手之前用 roofline 估上限：RMSNorm 融合成 {rms['fused']['kernels']} 个 kernel 后，每层 4 个 RMSNorm "
+            f"每 token 读写的显存从 {before:,.0f} 字节降到 {after:,.0f} 字节（原来的 {100 * after / before:.0f}%），"
+            f"融合版实测{ratio_text(speedups['RMSNorm'])}")
     if best == "RMSNorm":
-        return text + f"，是 {len(speedups)} 个融合点里加速最大的。"
-    return (text + f"；{len(speedups)} 个融合点里实测加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
+        return text + f"，是 {len(speedups)} 个融合点里融合版加速最大的。"
+    return (text + f"；{len(speedups)} 个融合点里融合版加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
             f"（{tables.fmt(speedups[best])}×）。")
 
 
@@ -74,13 +75,13 @@ def compile_point(profile: dict, compiled: dict) -> str:
     large, small = shapes[-1], shapes[0]
     eager, fused = large["contenders"]["eager"], large["contenders"]["compile"]
     k_eager, k_fused = eager["launches_fwd_bwd"]["kernels"], fused["launches_fwd_bwd"]["kernels"]
-    text = (f"torch.compile 一个解码层：B={large['batch']}、T={large['seq_len']} 时 fwd+bwd "
+    text = (f"先试 torch.compile：编译一个解码层，B={large['batch']}、T={large['seq_len']} 时 fwd+bwd "
             f"{ratio_text(_fwd_bwd_ratio(large, 'compile'))}，GPU kernel 从 {k_eager} 个"
             f"{'减到' if k_fused < k_eager else '变成'} {k_fused} 个")
     fewest = min(profile["results"]["sweep"], key=lambda e: e["tokens"])
     busy = 100 * fewest["launch"]["busy_us"] / (1e3 * fewest["step"]["median_ms"])
     if busy < 50:
-        text += f"；token 很少时瓶颈在 CPU 发射：每步 {fewest['tokens']} 个 token 时 GPU 忙碌占比只有 {busy:.0f}%"
+        text += f"；token 很少时先解决 CPU 发射：每步 {fewest['tokens']} 个 token 时 GPU 忙碌占比只有 {busy:.0f}%"
     else:
         text += f"；每步 {fewest['tokens']} 个 token 时 GPU 忙碌占比为 {busy:.0f}%"
     if "cuda_graph" in small["contenders"] and small is not large:

@@ -78,61 +78,92 @@ def _steps(data: dict) -> dict[str, dict]:
 
 
 def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
+    """The 要点 box: what to do first, each point with one or two numbers from the data."""
     points = []
-    fwd = vs_best_peer(rms, "fwd")
-    peers = prose.join(dict.fromkeys(OP_LABELS[r["peer"]] for r in fwd))
-    slow = [r for r in fwd if r["ratio"] < 1]
-    fast = [r for r in fwd if r["ratio"] > 1]
-    detail = []
-    if slow:
-        worst = min(slow, key=lambda r: r["ratio"])
-        detail.append(f"最多慢 {prose.pct(1 / worst['ratio'] - 1)}（{worst['label']}）")
-    if fast:
-        best = max(fast, key=lambda r: r["ratio"])
-        detail.append(f"最多快 {prose.pct(best['ratio'] - 1)}（{best['label']}）")
-    points.append(f"forward：生产版达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
-                  f"与最快的对手（{peers}）{'互有快慢' if slow and fast else '相比'}：{'，'.join(detail)}。")
-
-    both = vs_best_peer(rms, "fwd_bwd")
-    if all(r["ratio"] > 1 for r in both):
-        text = (f"forward + backward：生产版在全部 {len(both)} 个形状上最快，最快的对手用时是它的 "
-                f"{prose.times_span(r['ratio'] for r in both)} 倍")
-    else:
-        text = f"forward + backward：生产版{rmsnorm.compare(rms, both)}"
-    if all(r["hf_ratio"] for r in both):
-        text += f"，HF eager 是 {prose.times_span((r['hf_ratio'] for r in both), 1)} 倍"
-    points.append(text + "。")
-
     ok, cfg = _steps(step), step_config(step)
     base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
-    if base and ours:
-        text = f"训练 step（{geometry_zh(step)}）：生产版是 HF eager 的 {prose.times(ours['speedup'])}"
-        if base["share"] is not None and ours["share"] is not None:
-            text += f"，RMSNorm 占比从 {prose.pct(base['share'], 1)} 降到 {prose.pct(ours['share'], 1)}"
-        faster = [t for t in ("compile", "liger") if t in ok and ok[t]["step"] < ours["step"]]
-        if faster:
-            text += (f"；{_names(faster)}更快"
-                     f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），因为它们融合的不止 RMSNorm")
+    both_compiled = "compile" in ok and "triton_compile" in ok
+    if "compile" in ok:
+        text = f"能编译就先用 torch.compile：{geometry_zh(step)}的一步是 HF eager 的 {prose.times(ok['compile']['speedup'])}"
+        if both_compiled:
+            ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
+            text += ("；把生产版放进编译过的层里，一步" + ("不再更快" if ratio > 1 - tie(cfg) else "再快")
+                     + f"（{prose.times(ok['triton_compile']['speedup'])}）")
         points.append(text + "。")
+    if "liger" in ok and base and ok["liger"]["peak"] is not None and base["peak"] is not None:
+        points.append(f"要换掉整套算子、省下 logits 的显存，用 Liger 的全套补丁：一步 {prose.times(ok['liger']['speedup'])}，"
+                      f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
+                      f"（只取 {step['config']['geometry']['num_hidden_layers']} 层，lm_head 与交叉熵的份额偏大，它的收益也随之偏大）。")
+    fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
+    text = (f"不编译时，手写的价值在 backward：forward 达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
+            f"与最快的对手{'互有快慢' if any(r['ratio'] < 1 for r in fwd) and any(r['ratio'] > 1 for r in fwd) else '相当'}；"
+            f"forward + backward ")
+    if all(r["ratio"] > 1 for r in both):
+        text += (f"在全部 {len(both)} 个形状上最快，最快的对手用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
+    else:
+        text += rmsnorm.compare(rms, both)
+    if base and ours:
+        text += f"；换进训练，一步是 HF eager 的 {prose.times(ours['speedup'])}"
+        if "torch_rmsnorm" in ok:
+            text += f"（F.rms_norm {prose.times(ok['torch_rmsnorm']['speedup'])}）"
+    points.append(text + "。")
     if base and "triton_fwd" in ok:
         gain = ok["triton_fwd"]["speedup"]
-        points.append(f"只换 forward、backward 仍走 autograd：step 是 HF eager 的 {prose.times(gain)}，"
-                      + ("没有收益。" if gain < 1 + tie(cfg) else "收益小于两者都换。"))
+        points.append(f"backward 要一起写：本文只换 forward、backward 重算 forward 的写法，一步是 HF eager 的 "
+                      f"{prose.times(gain)}" + ("，没有收益。" if gain < 1 + tie(cfg) else "，收益小于两者都换。"))
 
-    cfg, res = loss["config"], loss["results"]
-    variants = cfg["variants"]
+    lcfg, res = loss["config"], loss["results"]
+    variants = lcfg["variants"]
     passed = all(res[v]["gate"]["passed"] for v in variants)
-    parts = []
-    for v in variants:
-        g, c = res[v]["gate"], res[v]["control_gate"]
-        control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
-                   else f"对照 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{prose.glue(precision_zh(v), '下')}生产版 {prose.pct(g['final_rel_diff'], 3)}、{control}")
+    worst = max(res[v]["gate"]["final_rel_diff"] for v in variants)
     limit = max(res[v]["gate"].get("final_limit", res[v]["gate"]["final_rtol"]) for v in variants)
-    points.append(f"loss 曲线：{cfg['steps']} 步，{len(variants)} 种精度设置"
+    points.append(f"手写之后用 fp64 gradcheck 和带对照组的 loss 曲线把关：{lcfg['steps']} 步、{len(variants)} 种精度设置"
                   + ("都通过门限" if passed else "并未都通过门限")
-                  + f"；末段 loss 与 HF 的差：{'；'.join(parts)}（阈值 {prose.pct(limit, 1)}）。")
+                  + f"，末段 loss 与 HF 最多差 {prose.pct(worst, 2)}（阈值 {prose.pct(limit, 1)}）。")
     return points
+
+
+# What each surveyed library fuses and its limits: words, checked in the libraries' source at the
+# versions the environment box names (docs/data/claims/triton-rmsnorm.json); the figures come from the data.
+SURVEY = [
+    ("FlashAttention / sdpa", "注意力：分块计算，online softmax，分数矩阵不落显存",
+     "flash-attn 要 Ampere 或更新的 GPU、fp16/bf16；sdpa 自己挑后端", None),
+    ("Liger Kernel", "RMSNorm、RoPE、SwiGLU、fused linear cross-entropy",
+     "补丁改写进程里的类，须在建模型之前；`in_place=True` 改写 dY；Qwen3 补丁不用它的融合加法", "liger"),
+    ("quack", "RMSNorm（可带残差）forward + backward，CuTe-DSL",
+     "依赖 nvidia-cutlass-dsl（CUTLASS 的 Python DSL）", "quack"),
+    ("Unsloth", "LoRA / QLoRA 的整套 kernel 与手动 backward", "须在 transformers 之前 import", None),
+    ("xFormers", "memory-efficient attention、attention bias", "sdpa 已有同类后端", None),
+    ("Apex", "FusedRMSNorm、FusedAdam 等", "CUDA 扩展要从源码编译", None),
+    ("torch.compile", "一张图里相邻的逐元素与归约算子", "首步编译，形状变化要重编译；不跨图", "compile"),
+    ("F.rms_norm", "RMSNorm forward + backward（CUDA）", "在 fp32 里乘完权重再舍入，低位与 HF 不同", "torch_rms_norm"),
+]
+
+
+def survey(rms: dict, step: dict) -> str:
+    """篇2 §二's table: per library, what it fuses, its limits, and one figure this site measured."""
+    shape = _h4096(rms)
+    op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
+    ours = op[rmsnorm.config(rms)["ours"]]
+    ok = _steps(step)
+    base = ok.get(step_config(step)["baseline"])
+    op_name = {"liger": "liger", "quack": "quack", "compile": "compile_hf", "torch_rms_norm": "torch_rms_norm"}
+    rows = []
+    for name, fuses, limits, key in SURVEY:
+        figure = "—（本站未测）"
+        if key:
+            parts = []
+            if op_name[key] in op:
+                parts.append(f"RMSNorm fwd+bwd 用时是生产版的 {op[op_name[key]] / ours:.2f} 倍")
+            step_key = {"liger": "liger", "compile": "compile", "torch_rms_norm": "torch_rmsnorm"}.get(key)
+            if step_key in ok and base:
+                parts.append(f"一步 {prose.times(ok[step_key]['speedup'])}")
+            figure = "；".join(parts) or figure
+        rows.append([name, fuses, limits, figure])
+    caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间；一步：{geometry_zh(step)}，"
+               f"相对 HF eager；Liger 的一步用全套补丁。")
+    takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack 和手写三条路。"
+    return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption, takeaway)
 
 
 def conclusion(rms: dict, step: dict) -> str:
@@ -196,10 +227,16 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
     """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
     passes = fused_add.passes(fused)
     f, u = passes["fused"], passes["unfused"]
-    points = [f"每个“残差加 → RMSNorm”融合成一个 kernel：forward 读写整张量从 {u['fwd']} 遍降到 {f['fwd']} 遍，"
-              f"backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
+    points = ["已经在用 torch.compile 就不必手写：Inductor 会自己把注意力之后的残差加法和 norm 融在一起（篇 1 §六）。",
+              f"不编译时，融合能少搬数据：每个“残差加 → RMSNorm”合成一个 kernel，forward 读写整张量从 {u['fwd']} 遍"
+              f"降到 {f['fwd']} 遍，backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
     points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
-    points.append(fused_add_takeaway(step, contender_rows(step)))
+    rows = contender_rows(step)
+    ok, cfg = _steps(step), step_config(step)
+    fused_step, ours_step = ok.get("triton_fused_add"), ok.get(cfg["ours"])
+    level = (fused_step and ours_step and abs(fused_step["step"] / ours_step["step"] - 1) < tie(cfg))
+    lead = "但换进训练几乎无感：" if level else "换进训练："
+    points.append(lead + fused_add_takeaway(step, rows).replace("的一步训练：", "的一步训练里，", 1))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
@@ -225,6 +262,7 @@ def render_summary(load) -> dict[str, str]:
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),
+        "p2_survey.md": survey(rms, step),
     }
     if "fused_add" in data:
         out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)

@@ -15,7 +15,8 @@ def test_render_from_the_quick_run(quick_fsdp2):
     assert rendered == report_fsdp2.render(json.loads(json.dumps(quick_fsdp2))), "deterministic"
     assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md"}
     sentence = rendered["fsdp2_sentence.md"]
-    assert sentence.count("。") == 1 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    assert sentence.count("。") == 2 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    assert "TFLOP" in sentence and "所以这里的 step 时间说明不了 kernel 的快慢" in sentence  # the small-model caveat
     assert ("都通过了同一道 loss 门限" in sentence) == quick_fsdp2["results"]["passed"]
     text = rendered["fsdp2.md"]
     first, rest = text.split("\n\n", 1)
