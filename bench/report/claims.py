@@ -27,7 +27,7 @@ import re
 from bench import store
 from bench.report.tables import md_table
 
-LEDGER_DIR = store.DATA_DIR / "claims"
+LEDGER_FOLDER = "claims"  # under store.DATA_DIR, read when rendered (tests point DATA_DIR elsewhere)
 KINDS = ("test", "data", "source", "cite")  # evidence kinds, strongest first
 STATUS_KIND = {"tested": "test", "measured": "data", "source": "source", "cited": "cite"}
 STATUS_ZH = {"tested": "测试", "measured": "实测数据", "source": "源码", "cited": "文献"}
@@ -37,7 +37,7 @@ _SELECTOR = re.compile(r"^(?P<name>[^\[\]]*)(\[(?P<field>[^=\]]+)=(?P<value>[^\]
 def ledgers() -> dict[str, dict]:
     """{file stem: ledger} of every committed ledger."""
     return {path.stem: json.loads(path.read_text(encoding="utf-8"))
-            for path in sorted(LEDGER_DIR.glob("*.json"))}
+            for path in sorted((store.DATA_DIR / LEDGER_FOLDER).glob("*.json"))}
 
 
 def resolve(data, key: str):
