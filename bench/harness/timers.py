@@ -1,7 +1,8 @@
 """The timers every number comes from.
 
-GPU time: :func:`cuda_graph_time_us`. Eager wall time: :func:`eager_time_us`. Per-call times
-of a long call (a training step): :func:`call_times_ms`. The copy ceiling: :func:`copy_bandwidth`.
+GPU time: :func:`cuda_graph_time_us`, or :func:`profiler_time_us` where no graph can be captured.
+Eager wall time: :func:`eager_time_us`. Per-call times of a long call (a training step):
+:func:`call_times_ms`. The copy ceiling: :func:`copy_bandwidth`.
 Without a GPU (``--quick`` smoke runs) each falls back to perf_counter samples: numbers for the
 smoke test only.
 """
@@ -93,6 +94,43 @@ def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25, on_gpu=None)
     times.sort()
     return {"median_us": statistics.median(times), "p20_us": times[len(times) // 5],
             "p80_us": times[(4 * len(times)) // 5], "calls_per_graph": calls}
+
+
+def profiler_time_us(fns, calls: int = 10, on_gpu=None) -> dict:
+    """GPU time per call from the torch profiler, for calls that are not captured in a CUDA graph
+    (after a torch.compile in the process the first capture failed on the H200: PERF_LOG run 11).
+
+    After two warm-up passes over ``fns``, ``calls`` profiling cycles each run one unrecorded call
+    and one recorded call, cycling through ``fns`` (different buffers: the recorded call does not
+    find its inputs in L2), with a synchronize after each. A sample is the sum of the durations of
+    the device activities the recorded call ran (kernels, memsets, copies). Median, 20/80 %
+    quantiles, min in µs, n, and the median number of device activities per call.
+    """
+    if not (gpu_available() if on_gpu is None else on_gpu):
+        return wall_time_us(fns[0])
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    for fn in fns * 2:  # compilation, autotuning, allocator
+        fn()
+    torch.cuda.synchronize()
+    samples_us, activities = [], []
+
+    def collect(prof):
+        device = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        samples_us.append(sum(e.self_device_time_total for e in device))
+        activities.append(len(device))
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], on_trace_ready=collect,
+                 schedule=schedule(wait=0, warmup=1, active=1, repeat=calls)) as prof:
+        for i in range(2 * calls):
+            fns[i % len(fns)]()
+            torch.cuda.synchronize()
+            prof.step()
+    if len(samples_us) != calls or min(samples_us) <= 0:
+        raise RuntimeError(f"the profiler recorded {len(samples_us)} of {calls} calls, device time "
+                           f"{samples_us}: no GPU time to report")
+    return sample_stats([us / 1e3 for us in samples_us]) | {"device_activities": statistics.median(activities)}
 
 
 def call_times_ms(fns, calls: int, on_gpu=None) -> list[float]:

@@ -30,6 +30,8 @@ def _session_run(name):
 quick_rmsnorm = _session_run("rmsnorm")
 quick_width_sweep = _session_run("width_sweep")
 quick_fused_add = _session_run("fused_add")
+quick_fused_add_sweep = _session_run("fused_add_sweep")
+quick_compile = _session_run("compile")
 quick_loss_curve = _session_run("loss_curve")
 quick_p1_roofline = _session_run("p1_roofline")
 quick_p1_compile = _session_run("p1_compile")

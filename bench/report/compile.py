@@ -1,0 +1,153 @@
+"""compile.json -> our modules under torch.compile: the methods page's table and the article's sentence.
+
+Per case (module × shape) and phase: eager's GPU time and its share of the copy ceiling, compiled ÷ eager
+of the GPU time (the profiler's device time per call) and of the host-inclusive time (do_bench of eager
+calls), and the graph breaks; the run's tie rule says what counts as level.
+"""
+from __future__ import annotations
+
+import re
+
+from bench.report import prose, tables
+from bench.report.names import PHASES, tie
+from bench.report.ops import copy_ceiling, size
+
+NAME = "compile"
+MODULE_LABELS = {"TritonQwen3RMSNorm": "RMSNorm", "TritonQwen3FusedAddRMSNorm": "残差加 + RMSNorm"}
+TIMERS = {"gpu": "GPU 时间", "host": "含主机开销"}
+
+
+def ceiling(res) -> dict:
+    """The run's 4 GiB copy, the faster of its two timings."""
+    return copy_ceiling({**res, "shapes": []})
+
+
+def case_label(case) -> str:
+    shape = f"{case['rows']}×{case['width']}"
+    shape = f"q_norm {shape}" if case["shape"] == "q_norm" else shape
+    return f"{MODULE_LABELS.get(case['module'], case['module'])} {shape}"
+
+
+def _error(case) -> str:
+    """The first line of why the compiled form has no result: ``Name: message`` of the recorded repr
+    (whose line breaks are written \\n)."""
+    text = case["errors"].get("compiled", "没有结果")
+    match = re.match(r"(\w+)\(['\"](.*)", text)
+    if match:
+        text = f"{match.group(1)}: {match.group(2)}"
+    return text.split("\\n")[0].rstrip("')\"")[:80]
+
+
+def ratios(data, timer) -> list[dict]:
+    """Every (case, phase) with both sides: {"label", "phase", "ratio"} of compiled ÷ eager."""
+    out = []
+    for case in data["results"]["cases"]:
+        for phase in data["config"]["phases"]:
+            ratio = case.get("ratios", {}).get(phase, {}).get(timer)
+            if ratio is not None:
+                out.append({"label": case_label(case), "phase": phase, "ratio": ratio})
+    return out
+
+
+def graph_breaks(data) -> dict:
+    """{"counts": {label: n}, "not_counted": {label: why}}."""
+    counts, missing = {}, {}
+    for case in data["results"]["cases"]:
+        if "graph_breaks" in case:
+            counts[case_label(case)] = case["graph_breaks"]
+        else:
+            missing[case_label(case)] = (case["errors"].get("graph_breaks")
+                                         or case.get("skipped", {}).get("graph_breaks") or "未统计")
+    return {"counts": counts, "not_counted": missing}
+
+
+def _breaks_words(data) -> str:
+    found = graph_breaks(data)
+    counts = set(found["counts"].values())
+    if not found["counts"]:
+        return "图中断未统计"
+    text = (f"图中断 {counts.pop()} 次" if len(counts) == 1
+            else "图中断 " + prose.join(f"{k} {v} 次" for k, v in found["counts"].items()))
+    if found["not_counted"]:
+        text += f"（{prose.join(found['not_counted'])} 未统计）"
+    return text
+
+
+def _gpu_words(data) -> str:
+    """How compiled compares with eager in GPU time, against the run's tie rule."""
+    cfg = data["config"]
+    rows = ratios(data, "gpu")
+    within = 1 + tie(cfg)
+    if not rows:  # _missing says why
+        return ""
+    over = [r for r in rows if r["ratio"] > within]
+    text = f"GPU 时间 compiled ÷ eager 为 {prose.times_span([r['ratio'] for r in rows], 3)}"
+    if not over:
+        return text + f"，全部 {len(rows)} 组都在 eager 的 {prose.pct(tie(cfg))} 以内或更快"
+    return text + (f"，{len(over)} 组慢于 eager 超过 {prose.pct(tie(cfg))}："
+                   + prose.join(f"{r['label']} {PHASES[r['phase']]} {r['ratio']:.3f}" for r in over))
+
+
+def _host_words(data) -> str:
+    parts = []
+    for phase in data["config"]["phases"]:
+        rows = [r for r in ratios(data, "host") if r["phase"] == phase]
+        if rows:
+            parts.append(prose.glue(PHASES[phase], prose.times_span((r["ratio"] for r in rows), 2)))
+    return "含主机开销（do_bench 计时的 eager 调用）的比值为 " + "，".join(parts) if parts else ""
+
+
+def _missing(data) -> str:
+    missing = [c for c in data["results"]["cases"] if "compiled" not in c]
+    if not missing:
+        return ""
+    return prose.glue("compiled 在 " + prose.join(f"{case_label(c)}（{_error(c)}）" for c in missing), "上没有结果")
+
+
+def takeaway(data) -> str:
+    parts = [p for p in (_gpu_words(data), _host_words(data), _breaks_words(data), _missing(data)) if p]
+    return "torch.compile(fullgraph=True) 对 eager：" + "；".join(parts) + "。"
+
+
+def caption(data) -> str:
+    cfg, res = data["config"], data["results"]
+    top = ceiling(res)
+    text = (f"{tables.dtype_short(cfg['dtype'])}，eps 为 Python float。GPU 时间：torch profiler 记录的一次调用里全部 GPU 活动"
+            f"（kernel、memset、拷贝）的时长之和，{cfg['profiled_calls']} 次调用的中位数，轮换输入（不复用 L2）；"
+            "编译后第一次 CUDA graph 捕获曾失败，所以这里不用 CUDA graph 重放。含主机开销：triton.testing.do_bench "
+            "对 eager 调用计时的中位数。占拷贝上限按最少字节数计，拷贝上限为本次运行测得最快的 "
+            f"{size(top['bytes'])} 设备内拷贝，{top['gbps']:,.0f} GB/s。后端 {cfg['backend']}，dynamic=False。")
+    types = sorted({t for c in res["cases"] for t in c.get("eps_types", [])})
+    if types:
+        text += f"Inductor 生成的代码里 eps 的类型：{prose.join(types)}（kernel 先把它转成计算精度）。"
+    return text
+
+
+def _table(data) -> str:
+    top = ceiling(data["results"])["gbps"]
+    body = []
+    for case in data["results"]["cases"]:
+        breaks = case.get("graph_breaks")
+        for phase in data["config"]["phases"]:
+            eager = case.get("eager", {}).get(phase, {}).get("gpu")
+            ratio = case.get("ratios", {}).get(phase, {})
+            body.append([case_label(case), PHASES[phase],
+                         f"{tables.fmt(eager['median_us'])}（{prose.pct(eager['gbps'] / top)}）" if eager else "—",
+                         f"{ratio['gpu']:.3f}" if "gpu" in ratio else "—",
+                         f"{ratio['host']:.2f}" if "host" in ratio else "—",
+                         str(breaks) if breaks is not None else "—"])
+    table = tables.md_table(["模块与形状", "方向", "eager GPU 时间（µs，占拷贝上限）", "compiled ÷ eager：GPU 时间",
+                             "compiled ÷ eager：含主机开销", "图中断（次）"], body, "llrrrr")
+    return prose.page(table, caption(data), takeaway(data))
+
+
+def sentence(data) -> str:
+    """The article's sentence: graph breaks, whether compiled is within the tie of eager in GPU time,
+    and the host-inclusive ratio."""
+    cases = prose.join(case_label(c) for c in data["results"]["cases"])
+    parts = [p for p in (_breaks_words(data), _gpu_words(data), _host_words(data), _missing(data)) if p]
+    return f"用 torch.compile(fullgraph=True) 编译我们的两个模块，在 {cases} 上：" + "；".join(parts) + "。\n"
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"compile.md": _table(data), "compile_sentence.md": sentence(data)}

@@ -1,0 +1,276 @@
+"""fused_add_sweep.json -> the fused residual add + RMSNorm at every hidden size: the methods page's per-width
+table, the article's sentence, the sentence naming each width that misses a target and why, and the ratio plot.
+
+Everything comes from the record: the contenders and their roles, the tie rule, the targets (share of the
+copy ceiling from a width on; no slower than the baseline; level with the fastest peer), and, per width,
+the launch configs of ours and its rows' alignment, from which the reasons for a miss are read.
+"""
+from __future__ import annotations
+
+import math
+
+from bench.report import plots, prose, tables
+from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
+from bench.report.ops import copy_ceiling, fastest_peer, size
+
+NAME = "fused_add_sweep"
+PHASE = "fwd_bwd"  # the phase of the table, the plot and the article: the one the targets are set for
+# Why a width can miss a target, as far as the record shows it, in the order the sentence names them.
+REASONS = {"chunked_fwd": "forward", "chunked_bwd": "backward",  # "forward、backward 走分块路径"
+           "no_16_byte_loads": "行没有 16 字节加载", "short_call": "调用不到 {short_call_us:g} µs"}
+CHUNKED = "{directions} 走分块路径"
+UNEXPLAINED = "数据里看不出原因"
+TARGET_WORDS = {"of_copy": "占拷贝上限不到 {share}（宽度 ≥ {start}）", "baseline": "慢于不融合",
+                "peer": "落后于最快的对手"}
+
+
+def ceiling(res) -> dict:
+    """The run's 4 GiB copy, the faster of its two timings (as width_sweep: the same-size copies of narrow
+    rows run from L2, which no kernel with rotating inputs does)."""
+    return copy_ceiling({**res, "shapes": []})
+
+
+def _label(width) -> str:
+    return f"H={width}"
+
+
+def reasons(data, shape, phase) -> list[str]:
+    """The reasons the record gives for ours being slow at this width, in REASONS order."""
+    cfg = data["config"]
+    out = []
+    configs = shape.get("ours_configs", {})
+    for direction, key in (("forward", "chunked_fwd"), ("backward", "chunked_bwd")):
+        if (direction == "forward" or phase == "fwd_bwd") and configs.get(direction, {}).get("chunked"):
+            out.append(key)
+    if "align" in shape and shape["align"] * cfg["elem_bytes"] < 16:
+        out.append("no_16_byte_loads")
+    ours = shape[phase].get(cfg["ours"])
+    if ours and ours["median_us"] < cfg["short_call_us"]:
+        out.append("short_call")
+    return out
+
+
+def per_width(data, phase) -> list[dict]:
+    """Per width: ours' time and share of the copy ceiling, baseline ÷ ours, the fastest peer and its time
+    ÷ ours' (None where a side is missing), ours' error, the reasons for a miss."""
+    cfg, res = data["config"], data["results"]
+    top = ceiling(res)["gbps"]
+    out = []
+    for s in res["shapes"]:
+        times = s[phase]
+        ours = times.get(cfg["ours"])
+        peers, best = fastest_peer(times, cfg["peers"])
+        base = times.get(cfg["baseline"])
+        out.append({"width": s["width"], "label": _label(s["width"]),
+                    "ours_us": ours["median_us"] if ours else None,
+                    "of_copy": ours["gbps"] / top if ours else None,
+                    "baseline": base["median_us"] / ours["median_us"] if ours and base else None,
+                    "peer": best, "peer_ratio": peers[best] / ours["median_us"] if ours and best else None,
+                    "error": s["errors"].get(cfg["ours"]), "reasons": reasons(data, s, phase)})
+    return out
+
+
+def facts(data, phase=PHASE) -> dict:
+    """What the sentences say, from the data: widths compared with the baseline and with the peers, how many
+    are level or ahead (tie rule), the true lowest of each ratio ({"width", "ratio"[, "peer"]}), the
+    misses of each target (``misses[target]``: widths) and the widths without a result of ours."""
+    cfg = data["config"]
+    level = 1 - tie(cfg)
+    rows = per_width(data, phase)
+    with_base = [r for r in rows if r["baseline"] is not None]
+    with_peer = [r for r in rows if r["peer_ratio"] is not None]
+    low_base = min(with_base, key=lambda r: r["baseline"], default=None)
+    low_peer = min(with_peer, key=lambda r: r["peer_ratio"], default=None)
+    misses = {}
+    if phase in cfg["targets"]:
+        misses["of_copy"] = [r["width"] for r in rows if r["width"] >= cfg["target_from_width"]
+                             and r["of_copy"] is not None and r["of_copy"] < cfg["targets"][phase]]
+    if phase in cfg["no_slower_than_baseline"]:
+        misses["baseline"] = [r["width"] for r in with_base if r["baseline"] < level]
+    if phase in cfg["level_with_best_peer"]:
+        misses["peer"] = [r["width"] for r in with_peer if r["peer_ratio"] < level]
+    shares = [r["of_copy"] for r in rows if r["of_copy"] is not None]
+    return {
+        "widths": [r["width"] for r in rows],
+        "baseline_compared": len(with_base),
+        "no_slower_than_baseline": sum(r["baseline"] >= level for r in with_base),
+        "peer_compared": len(with_peer),
+        "level_or_ahead": sum(r["peer_ratio"] >= level for r in with_peer),
+        "lowest_baseline": {"width": low_base["width"], "ratio": low_base["baseline"]} if low_base else None,
+        "lowest_peer": ({"width": low_peer["width"], "ratio": low_peer["peer_ratio"], "peer": low_peer["peer"]}
+                        if low_peer else None),
+        "of_copy": [min(shares), max(shares)] if shares else None,
+        "from_width": [r["width"] for r in rows if r["width"] >= cfg["target_from_width"] and r["of_copy"] is not None],
+        "misses": misses,
+        "no_result": [r["width"] for r in rows if r["ours_us"] is None],
+        "reasons": {r["width"]: r["reasons"] for r in rows},
+    }
+
+
+def _widths(widths) -> str:
+    return prose.join(_label(w) for w in widths)
+
+
+def _tie_words(cfg) -> str:
+    return f"相差 {prose.pct(tie(cfg))} 以内算持平"
+
+
+def takeaway(data) -> str:
+    cfg = data["config"]
+    f = facts(data)
+    if not f["baseline_compared"] and not f["peer_compared"]:
+        return f"{PHASES[PHASE]}：融合版在 {len(f['widths'])} 个宽度上都没有可比的结果。"
+    parts = [f"融合版在 {f['baseline_compared']} 个宽度中的 {f['no_slower_than_baseline']} 个上不慢于不融合"]
+    if f["peer_compared"]:
+        parts.append(f"在 {f['peer_compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的对手持平或更快")
+    text = f"{PHASES[PHASE]}（dy 与 ds 都回传）：" + "，".join(parts) + f"（{_tie_words(cfg)}）"
+    if PHASE in cfg["targets"] and f["from_width"]:
+        reached = len(f["from_width"]) - len(f["misses"]["of_copy"])
+        text += (f"；宽度 ≥ {cfg['target_from_width']} 的 {len(f['from_width'])} 个宽度中 {reached} 个达到拷贝上限的 "
+                 f"{prose.pct(cfg['targets'][PHASE])}")
+    fwd = facts(data, "fwd")
+    if fwd["of_copy"]:
+        text += f"；forward 占拷贝上限 {prose.pct_span(fwd['of_copy'])}"
+    return text + "。"
+
+
+def caption(data) -> str:
+    cfg, res = data["config"], data["results"]
+    top = ceiling(res)
+    moved = cfg["bytes"]
+    text = (f"{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行，共 {len(res['shapes'])} 个宽度；"
+            f"{PHASES[PHASE]}，backward 同时传入 dy 和 ds。每次调用的 GPU 时间：{cfg['replays']} 次 CUDA graph 重放、"
+            f"轮换输入（不复用 L2）的中位数。字节按最少计：forward 读 x、r，写 s、y（{moved['fwd_io']} 遍），backward 读 "
+            f"dy、ds、s，写 dx（{moved['bwd_io']} 遍）；拷贝上限为本次运行测得最快的 {size(top['bytes'])} 设备内拷贝，"
+            f"{top['gbps']:,.0f} GB/s。不融合：{OP_LABELS[cfg['baseline']]}。最快的对手："
+            f"{prose.join(OP_LABELS.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个。")
+    skipped = res.get("skipped", {})
+    if skipped:
+        text += f"未测：{prose.join(OP_LABELS.get(n, n) for n in skipped)}（在本机不能运行）。"
+    return text
+
+
+def _table(data) -> str:
+    rows = per_width(data, PHASE)
+
+    def ratio(value):
+        return prose.times(value) if value is not None else "—"
+
+    body = [[r["label"], tables.fmt(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
+             ratio(r["baseline"]), OP_LABELS.get(r["peer"], "—"), ratio(r["peer_ratio"])] for r in rows]
+    table = tables.md_table(["宽度", "融合版（µs）", "占拷贝上限", "不融合 ÷ 融合版", "最快的对手", "对手 ÷ 融合版"],
+                            body, "lrrrlr")
+    return prose.page(table, caption(data), takeaway(data))
+
+
+def article_sentence(data) -> str:
+    """The article's summary: the counts of widths level or ahead of the fastest peer and no slower than
+    unfused, and the lowest of each ratio with its width (whether above 1 or not)."""
+    cfg = data["config"]
+    f = facts(data)
+    widths = f["widths"]
+    n = len(widths)
+
+    def compared(count):  # only when some widths lack one side
+        return "" if count == n else f"（{count} 个宽度可比）"
+
+    text = (f"在 {min(widths)} 到 {max(widths)} 的 {n} 个宽度上，融合版的 {PHASES[PHASE]} 在 "
+            f"{f['level_or_ahead']} 个宽度上与最快的对手持平或更快{compared(f['peer_compared'])}、在 "
+            f"{f['no_slower_than_baseline']} 个宽度上不慢于不融合{compared(f['baseline_compared'])}"
+            f"（{_tie_words(cfg)}）")
+    lows = []
+    if f["lowest_peer"]:
+        low = f["lowest_peer"]
+        lows.append(f"对手 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}（{OP_LABELS[low['peer']]}）")
+    if f["lowest_baseline"]:
+        low = f["lowest_baseline"]
+        lows.append(f"不融合 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}")
+    if lows:
+        text += "；" + "，".join(lows)
+    if f["no_result"]:
+        text += f"；融合版在 {_widths(f['no_result'])} 上没有结果"
+    return text + "。\n"
+
+
+def reason_text(cfg, keys) -> str:
+    """'forward、backward 走分块路径；行没有 16 字节加载' for the reason ids ``keys``."""
+    chunked = [REASONS[k] for k in keys if k.startswith("chunked_")]
+    parts = [CHUNKED.format(directions=prose.join(chunked))] if chunked else []
+    parts += [REASONS[k].format(**cfg) for k in keys if not k.startswith("chunked_")]
+    return "；".join(parts) or UNEXPLAINED
+
+
+def _grouped(data, phase, widths) -> str:
+    """'H=1024、H=1152（调用不到 100 µs），H=16383（…）': widths with the same reasons together, groups in
+    the order of their first width, the widths the record gives no reason for last."""
+    cfg = data["config"]
+    reasons_of = facts(data, phase)["reasons"]
+    groups: dict[tuple, list[int]] = {}
+    for w in widths:
+        groups.setdefault(tuple(reasons_of[w]), []).append(w)
+    ordered = sorted(groups.items(), key=lambda item: not item[0])  # stable: the unexplained last
+    return "，".join(f"{_widths(members)}（{reason_text(cfg, key)}）" for key, members in ordered)
+
+
+def target_phases(cfg) -> list[str]:
+    """The phases the run set any target for, forward first."""
+    named = set(cfg["targets"]) | set(cfg["no_slower_than_baseline"]) | set(cfg["level_with_best_peer"])
+    return [p for p in PHASES if p in named]
+
+
+def misses_sentence(data) -> str:
+    """Each width that misses a target, per phase, grouped by target and by the reasons the record gives."""
+    cfg = data["config"]
+    clauses = []
+    for phase in target_phases(cfg):
+        f = facts(data, phase)
+        words = {"of_copy": TARGET_WORDS["of_copy"].format(share=prose.pct(cfg["targets"].get(phase, 0)),
+                                                           start=cfg["target_from_width"]),
+                 "baseline": TARGET_WORDS["baseline"], "peer": TARGET_WORDS["peer"]}
+        parts = [f"{words[target]}的有 {_grouped(data, phase, widths)}" if widths else f"没有{words[target]}的宽度"
+                 for target, widths in f["misses"].items()]
+        if f["no_result"]:
+            parts.append(f"融合版在 {_widths(f['no_result'])} 上没有结果")
+        clauses.append(f"{PHASES[phase]}：" + "；".join(parts))
+    return f"未达目标的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
+
+
+def _plot(data) -> str:
+    """Time ÷ ours' time against the width (log2 axis), forward + backward: the fastest peer (its line, a
+    marker in the colour of whichever peer it is) and the baseline; a line at 1 and the tie band."""
+    plt = plots.plot_style()
+    plt.rcParams.update({"font.size": 11, "axes.titlesize": 11, "axes.labelsize": 11, "xtick.labelsize": 11,
+                         "ytick.labelsize": 11, "legend.fontsize": 11})
+    cfg = data["config"]
+    rows = per_width(data, PHASE)
+    widths = [r["width"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7.2, 2.75))
+    band = tie(cfg)
+    ax.axhspan(1 - band, 1 + band, color="#B9BEC7", alpha=0.35, linewidth=0, label=_tie_words(cfg))
+    ax.axhline(1, color="#888888", linestyle="--", linewidth=1)
+    base = [r["baseline"] if r["baseline"] is not None else math.nan for r in rows]
+    ax.plot(widths, base, color=COLOURS[cfg["baseline"]], marker="o", markersize=3.5, linewidth=1.6,
+            label=f"{OP_LABELS[cfg['baseline']]} ÷ 融合版")
+    peer = [r["peer_ratio"] if r["peer_ratio"] is not None else math.nan for r in rows]
+    ax.plot(widths, peer, color="#555555", linewidth=1.2, label="最快的对手 ÷ 融合版")
+    for name in cfg["peers"]:
+        points = [(r["width"], r["peer_ratio"]) for r in rows if r["peer"] == name and r["peer_ratio"] is not None]
+        if points:
+            ax.scatter(*zip(*points), color=COLOURS[name], s=22, zorder=3, label=f"最快的是 {OP_LABELS[name]}")
+    ax.set_xscale("log", base=2)
+    ticks = [w for w in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536) if min(widths) <= w <= max(widths)]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    values = [v for v in base + peer if not math.isnan(v)] or [1.0]
+    ax.set_ylim(min(0.9, min(values) - 0.05), max(1.1, max(values) + 0.1))
+    ax.set_xlabel("隐藏维度 H（列数，对数坐标）")
+    ax.set_ylabel("用时 ÷ 融合版用时（µs 之比）")
+    ax.set_title(f"残差加 + RMSNorm {PHASES[PHASE]}，{tables.dtype_short(cfg['dtype'])}，{cfg['rows']} 行；"
+                 "高于 1 表示融合版更快", loc="left")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.06), ncol=3, columnspacing=1.2, handlelength=1.6)
+    return plots.svg_of(fig)
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_article.md": article_sentence(data),
+            "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_sweep.svg": _plot(data)}

@@ -1,0 +1,162 @@
+"""bench/report/fused_add_sweep.py: the per-width table, the article's sentence, the misses and the plot say what
+the data says; the counts, the true lowest ratios, the misses and their reasons follow the numbers, the configs
+and the run's tie rule and targets; a width where ours raised is named; the plot's text is readable on the site."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from artifacts import takeaway
+from bench.harness.op_timing import min_bytes
+from bench.report import fused_add_sweep as report
+from bench.report import plots
+from bench_fixtures import check_artifacts
+from test_browser import MIN_FIGURE_TEXT_PX, svg_text_sizes
+
+SITE_PLOT_PX = 688  # the width the site shows a plot at (the content column)
+
+
+def test_renders_from_the_quick_run(quick_fused_add_sweep):
+    rendered = report.render(quick_fused_add_sweep)
+    assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_article.md", "fused_add_sweep_misses.md",
+                             "fused_add_sweep.svg"}
+    check_artifacts(rendered)
+    assert rendered == report.render(json.loads(json.dumps(quick_fused_add_sweep)))  # deterministic
+    assert takeaway(rendered["fused_add_sweep.md"]).startswith("forward + backward（dy 与 ds 都回传）：融合版在 ")
+    widths = len(quick_fused_add_sweep["results"]["shapes"])
+    assert rendered["fused_add_sweep.md"].count("\n| H=") == widths  # one row per width
+    for name in ("fused_add_sweep_article.md", "fused_add_sweep_misses.md"):
+        assert rendered[name].count("。") == rendered[name].count("。\n") >= 1 and rendered[name].endswith("。\n")
+    assert f"的 {widths} 个宽度上" in rendered["fused_add_sweep_article.md"]
+
+
+def test_the_plot_is_readable_at_the_sites_width(quick_fused_add_sweep):
+    """About 7.2 in wide, at most 3.6 in high, every string >= 10.5 pt and >= MIN_FIGURE_TEXT_PX when shown
+    at the site's plot width."""
+    svg = report.render(quick_fused_add_sweep)["fused_add_sweep.svg"]
+    width_pt, height_pt = (float(v) for v in re.search(r'width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
+    assert 6.5 * 72 <= width_pt <= 7.6 * 72 and height_pt <= 3.6 * 72
+    view_width, texts = svg_text_sizes(svg)
+    assert texts and len(texts) == len(plots.svg_texts(svg))
+    assert min(size for _, size in texts) >= 10.5
+    assert min(size for _, size in texts) * SITE_PLOT_PX / view_width >= MIN_FIGURE_TEXT_PX
+    assert "用时 ÷ 融合版用时（µs 之比）" in plots.svg_texts(svg)
+
+
+def _shape(base, width, ours_us, unfused, peer, share=None, align=16, chunked=(), peer_name="quack"):
+    """One width of the quick record with set times: ours (µs), unfused ÷ ours, peer ÷ ours (None: absent)."""
+    s = copy.deepcopy(base)
+    nbytes = min_bytes(16384, width, fwd_io=4, bwd_io=4)
+    s.update(width=width, label=f"H={width}", rows=16384, bytes_fwd=nbytes["fwd"], bytes_fwd_bwd=nbytes["fwd_bwd"],
+             align=align, errors={})
+    for direction in ("forward", "backward"):
+        s["ours_configs"][direction]["chunked"] = direction in chunked
+    for phase in ("fwd", "fwd_bwd"):
+        us = ours_us if phase == "fwd_bwd" else ours_us / 2
+        times = {"triton_fused_add": us, "unfused": us * unfused}
+        if peer is not None:
+            times[peer_name] = us * peer
+        s[phase] = {n: {"median_us": t, "gbps": s[f"bytes_{phase}"] / (t * 1e3)} for n, t in times.items()}
+    return s
+
+
+@pytest.fixture
+def five_widths(quick_fused_add_sweep):
+    """Five widths with set ratios, alignments and configs; the copy ceiling set so that shares are exact."""
+    data = copy.deepcopy(quick_fused_add_sweep)
+    base = data["results"]["shapes"][0]
+    data["results"]["copy"] = {"gbps": 4000.0, "bytes": 4 * 2**30, "calls_per_graph": 12, "median_us": 1.0,
+                               "eager": {"gbps": 4000.0, "median_us": 1.0}}
+
+    def us_at(width, share):  # ours' fwd_bwd time at this share of the 4000 GB/s ceiling
+        return min_bytes(16384, width, fwd_io=4, bwd_io=4)["fwd_bwd"] / (share * 4000e3)
+
+    data["results"]["shapes"] = [
+        _shape(base, 512, 60.0, 1.30, 0.95),  # a short call, 5 % behind the peer
+        _shape(base, 1024, us_at(1024, 0.80), 1.20, 1.10, peer_name="liger"),  # 84 µs, under 85 % of copy
+        _shape(base, 4096, us_at(4096, 0.90), 1.25, 0.985),  # level: 1.5 % behind
+        _shape(base, 16383, us_at(16383, 0.55), 0.97, 0.80, align=1, chunked=("forward", "backward")),
+        _shape(base, 24576, us_at(24576, 0.79), 1.10, 1.05, chunked=("forward", "backward")),
+    ]
+    data["config"].update(rows=16384, widths=[512, 1024, 4096, 16383, 24576])
+    return data
+
+
+def test_the_facts_follow_the_data(five_widths):
+    f = report.facts(five_widths)
+    assert f["baseline_compared"] == f["peer_compared"] == 5
+    assert f["no_slower_than_baseline"] == 4 and f["level_or_ahead"] == 3  # 4096 within 2 % counts as level
+    assert f["misses"] == {"of_copy": [1024, 16383, 24576], "baseline": [16383], "peer": [512, 16383]}
+    assert f["lowest_peer"] == {"width": 16383, "ratio": pytest.approx(0.80), "peer": "quack"}
+    assert f["lowest_baseline"] == {"width": 16383, "ratio": pytest.approx(0.97)}
+    assert f["reasons"][512] == ["short_call"]
+    assert f["reasons"][16383] == ["chunked_fwd", "chunked_bwd", "no_16_byte_loads"]
+    assert f["reasons"][1024] == ["short_call"] and f["reasons"][4096] == []
+    assert report.facts(five_widths, "fwd")["reasons"][24576] == ["chunked_fwd"]  # forward: its own path only
+
+
+def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths):
+    rendered = report.render(five_widths)
+    article = rendered["fused_add_sweep_article.md"]
+    assert article.startswith("在 512 到 24576 的 5 个宽度上，融合版的 forward + backward 在 3 个宽度上与最快的对手"
+                              "持平或更快、在 4 个宽度上不慢于不融合（相差 2% 以内算持平）")
+    assert "对手 ÷ 融合版最低在 H=16383，0.80×（quack），不融合 ÷ 融合版最低在 H=16383，0.97×。" in article
+    misses = rendered["fused_add_sweep_misses.md"]
+    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs），H=16383（forward、backward 走分块路径；"
+            "行没有 16 字节加载），H=24576（forward、backward 走分块路径）；") in misses
+    assert "慢于不融合的有 H=16383（" in misses
+    assert "落后于最快的对手的有 H=512（调用不到 100 µs），H=16383（" in misses
+    text = takeaway(rendered["fused_add_sweep.md"])
+    assert "融合版在 5 个宽度中的 4 个上不慢于不融合，在 5 个宽度中的 3 个上与最快的对手持平或更快" in text
+    assert "宽度 ≥ 1024 的 4 个宽度中 1 个达到拷贝上限的 85%" in text
+    assert "| H=1024 | " in rendered["fused_add_sweep.md"] and "| 80% | 1.20× | Liger | 1.10× |" in rendered["fused_add_sweep.md"]
+
+
+def test_the_lowest_ratio_is_named_even_when_ours_leads_everywhere(five_widths):
+    data = copy.deepcopy(five_widths)
+    for s in data["results"]["shapes"]:
+        ours = s["fwd_bwd"]["triton_fused_add"]["median_us"]
+        for name in ("quack", "liger"):
+            if name in s["fwd_bwd"]:
+                s["fwd_bwd"][name]["median_us"] = ours * (1.3 if s["width"] != 4096 else 1.04)
+    article = report.render(data)["fused_add_sweep_article.md"]
+    assert "对手 ÷ 融合版最低在 H=4096，1.04×" in article and "在 5 个宽度上与最快的对手持平或更快" in article
+
+
+def test_the_tie_rule_and_the_targets_come_from_the_run(five_widths):
+    data = copy.deepcopy(five_widths)
+    data["config"].update(tie_rule="within_1pct", targets={"fwd_bwd": 0.75}, target_from_width=2048,
+                          short_call_us=50, level_with_best_peer=[])
+    f = report.facts(data)
+    assert f["level_or_ahead"] == 2  # 4096's peer, 1.5 % behind, no longer counts as level
+    assert f["misses"] == {"of_copy": [16383], "baseline": [16383]}
+    assert f["reasons"][512] == []  # 60 µs is no short call under a 50 µs rule
+    rendered = report.render(data)
+    assert "落后于最快的对手" not in rendered["fused_add_sweep_misses.md"]
+    assert "（相差 1% 以内算持平）" in rendered["fused_add_sweep_article.md"]
+    assert "占拷贝上限不到 75%（宽度 ≥ 2048）的有 H=16383" in rendered["fused_add_sweep_misses.md"]
+
+
+def test_a_width_without_ours_is_named(five_widths):
+    data = copy.deepcopy(five_widths)
+    wide = data["results"]["shapes"][-1]
+    for phase in ("fwd", "fwd_bwd"):
+        wide[phase].pop("triton_fused_add")
+    wide["errors"]["triton_fused_add"] = "RuntimeError('out of memory')"
+    rendered = report.render(data)
+    assert report.facts(data)["no_result"] == [24576]
+    assert "融合版在 H=24576 上没有结果" in rendered["fused_add_sweep_article.md"]
+    assert "融合版在 H=24576 上没有结果" in rendered["fused_add_sweep_misses.md"]
+    assert "| H=24576 | — | — | — | quack | — |" in rendered["fused_add_sweep.md"]
+    check_artifacts(rendered)
+
+
+def test_a_miss_the_record_gives_no_reason_for_comes_last(five_widths):
+    data = copy.deepcopy(five_widths)
+    data["config"]["short_call_us"] = 50  # 1024's 84 µs is no short call any more
+    misses = report.render(data)["fused_add_sweep_misses.md"]
+    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=16383（forward、backward 走分块路径；行没有 16 字节加载），"
+            "H=24576（forward、backward 走分块路径），H=1024（数据里看不出原因）；") in misses
