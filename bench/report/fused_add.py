@@ -142,4 +142,4 @@ def render(data: dict) -> dict[str, str]:
     return {"fused_add_fwd.md": _table(data, "fwd"), "fused_add_fwdbwd.md": _table(data, "fwd_bwd"),
             "fused_add_ratios.md": _ratio_table(data),
             "fused_add_bandwidth.svg": bandwidth_bars(data, data["config"]["contenders"], "残差加 + RMSNorm",
-                                                      figsize=(8, 6))}
+                                                      side_by_side=True)}

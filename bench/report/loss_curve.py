@@ -74,11 +74,12 @@ def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict
               diffs: dict = LOSS_CURVE_DIFFS) -> str:
     """One column per precision setting (``curves``: precision -> contender -> losses): the loss curves of
     ``labels`` on top (HF solid, the others dashed), the relative differences from HF of ``diffs`` below,
-    drawn in that order (the control under the kernels); each contender in its colour."""
+    drawn in that order (the control under the kernels); each contender in its colour. The lower row's axis
+    spans the gate's per-step limit (``step_rtol``, drawn as dotted lines) in every column, as its title says."""
     plt = plots.plot_style()
     variants = list(curves)
-    fig, axes = plt.subplots(2, len(variants), figsize=(5.2 * len(variants), 6.4), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2], "wspace": 0.3, "hspace": 0.25})
+    fig, axes = plt.subplots(2, len(variants), figsize=(plots.FIGURE_WIDTH, 4.1), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [1, 1], "wspace": 0.22, "hspace": 0.35})
     limit = 100 * step_rtol
     for col, variant in enumerate(variants):
         losses = curves[variant]
@@ -86,25 +87,24 @@ def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict
         top, bottom = axes[0][col], axes[1][col]
         for name, label in labels.items():
             if name in losses:
-                top.plot(steps, losses[name], color=COLOURS[name], linewidth=1.6 if name == "hf" else 1.0,
+                top.plot(steps, losses[name], color=COLOURS[name], linewidth=1.4 if name == "hf" else 1.0,
                          linestyle="-" if name == "hf" else "--", label=label)
-        top.set_title(precision_zh(variant), fontsize=10)
-        top.set_ylabel("训练 loss（nats/字节）")
-        top.legend(fontsize=8)
-        largest = 0.0
+        top.set_title(precision_zh(variant), loc="left")
         for name, label in diffs.items():
-            if name not in losses:
-                continue
-            rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
-            largest = max([largest] + [abs(v) for v in rel if v == v])
-            bottom.plot(steps, rel, color=COLOURS[name], linewidth=0.8, label=label)
-        span = min(1.2 * limit, max(1.3 * largest, 0.01))
-        if span >= limit:
-            bottom.axhline(limit, color="#999999", linestyle=":", linewidth=1)
-            bottom.axhline(-limit, color="#999999", linestyle=":", linewidth=1)
-        bottom.set_ylim(-span, span)
-        bottom.set_ylabel("与 HF 的相对差（%）")
-        bottom.set_title(f"逐步相对差 (x − HF) / HF，阈值 ±{limit:g}%", fontsize=9)
+            if name in losses:
+                rel = [100 * (x - h) / h for x, h in zip(losses[name], losses["hf"])]
+                bottom.plot(steps, rel, color=COLOURS[name], linewidth=0.8, label=label)
+        for sign in (1, -1):
+            bottom.axhline(sign * limit, color="#999999", linestyle=":", linewidth=1)
+        bottom.set_ylim(-1.2 * limit, 1.2 * limit)
+        bottom.set_yticks([-limit, -limit / 2, 0, limit / 2, limit])
+        bottom.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}".replace("-", "−")))
+        bottom.set_title(f"(x − HF) / HF，逐步门限 ±{limit:g}%", loc="left")
         bottom.set_xlabel("训练步数")
-        bottom.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
+        if col == 0:
+            top.set_ylabel("loss（nats/字节）")
+            bottom.set_ylabel("与 HF 的相对差（%）")
+    axes[0][0].legend(loc="upper right")
+    handles, names = axes[1][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
     return plots.svg_of(fig)

@@ -60,7 +60,9 @@ LOSS_CURVE_DIFFS = {"control": CONTROL_DIFF, "triton": "生产版 − HF"}
 # One decoder layer three ways (p1_compile).
 LAYER_LABELS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
 # Each fusable point's HF code and its fused forms (p1_roofline).
-FUSION_LABELS = {"eager": "HF eager", "fused": "torch.compile", "flash": "flash attention（sdpa）"}
+# "flash" is the whole of sdpa (both attention GEMMs and the softmax), where the softmax point's other forms are
+# its element-wise part alone: its FLOPs are the GEMMs', so it is labelled, never compared with them.
+FUSION_LABELS = {"eager": "HF eager", "fused": "torch.compile", "flash": "sdpa：整个注意力（含两个矩阵乘）"}
 
 # ---------------------------------------------------------------- what is measured
 

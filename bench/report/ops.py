@@ -8,7 +8,7 @@ copy, graph-timed and eager), ``results["shapes"]`` (per shape: size, bytes, the
 from __future__ import annotations
 
 from bench.report import plots, prose
-from bench.report.names import COLOURS, OP_LABELS
+from bench.report.names import COLOURS, OP_LABELS, PHASES
 
 # Shapes that files from before every entry carried its label name by their row count (rmsnorm.json's
 # rstd entries, tuning.json): the q_norm and k_norm inputs of one Qwen3-8B training batch.
@@ -117,30 +117,64 @@ def _short_label(shape):
     return shape_label(shape).replace("（", "\n（")
 
 
-def bandwidth_bars(data, contenders, op, figsize=(10, 7.2)):
+def forward_twin(shape, shapes):
+    """The shape whose forward ``shape`` repeats: one that differs from it only in its dy's layout (the
+    backward's input), or None."""
+    if shape.get("dy_layout") != "heads_transposed":
+        return None
+    return next((s for s in shapes if s.get("dy_layout") != "heads_transposed"
+                 and (s["rows"], s["width"]) == (shape["rows"], shape["width"])), None)
+
+
+def forward_shapes(shapes) -> list:
+    """The shapes a forward table shows: a shape with a :func:`forward_twin` runs the same forward as its
+    twin (there is no dy in a forward), so it is left out."""
+    return [s for s in shapes if forward_twin(s, shapes) is None]
+
+
+def bandwidth_bars(data, contenders, op, side_by_side=False):
     """% of the copy ceiling per shape and contender (bars in ``contenders`` order, each in its colour):
-    forward above, forward + backward below. Data laid out as rmsnorm.json."""
+    forward and forward + backward, stacked (``side_by_side``: next to each other, for few shapes). A shape
+    that differs only in its dy's layout has no forward bars (see :func:`forward_shapes`). Data laid out as
+    rmsnorm.json; the copy ceiling is named in the tables' captions."""
     plt = plots.plot_style()
     res = data["results"]
     shapes = res["shapes"]
     ceiling = copy_ceiling(res)["gbps"]
-    fig, axes = plt.subplots(2, 1, figsize=figsize, sharex=True)
+    if side_by_side:
+        fig, axes = plt.subplots(1, 2, figsize=(plots.FIGURE_WIDTH, 3.3), sharey=True,
+                                 gridspec_kw={"wspace": 0.06})
+    else:
+        fig, axes = plt.subplots(2, 1, figsize=(plots.FIGURE_WIDTH, 4.1), sharex=True,
+                                 gridspec_kw={"hspace": 0.3})
     names = [n for n in contenders if any(n in s["fwd"] for s in shapes)]
     width = 0.84 / len(names)
-    for ax, phase, title in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
+    forward = forward_shapes(shapes)
+    for ax, phase in zip(axes, ("fwd", "fwd_bwd")):
         for i, name in enumerate(names):
-            values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else 0 for s in shapes]
+            values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] and (phase != "fwd" or s in forward)
+                      else 0 for s in shapes]
             ax.bar([k + (i - (len(names) - 1) / 2) * width for k in range(len(shapes))], values, width,
                    label=OP_LABELS.get(name, name), color=COLOURS[name])
+        if phase == "fwd":
+            for k, s in enumerate(shapes):
+                twin = forward_twin(s, shapes)
+                if twin is not None:
+                    ax.text(k, 50, f"forward\n同 {shape_label(twin)}", ha="center", va="center", fontsize=plots.SMALL)
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
-        ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=9)
-        ax.set_ylim(0, 112)
+        ax.text(len(shapes) - 0.5, 100, "拷贝上限", va="bottom", ha="right", color="#C0777A", fontsize=plots.SMALL)
+        ax.set_ylim(0, 115)
         ax.set_yticks(range(0, 101, 20))
-        ax.set_ylabel("有效带宽（占拷贝上限 %）")
-        ax.set_title(f"{op} {title}，bf16", fontsize=10, loc="left")
+        ax.set_title(PHASES[phase] if side_by_side and phase == "fwd_bwd" else f"{op} {PHASES[phase]}，bf16",
+                     loc="left")
         ax.grid(axis="x", visible=False)
-    axes[1].set_xticks(range(len(shapes)), [_short_label(s) for s in shapes])
-    axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)
-    fig.text(0.5, 0.03, f"拷贝上限：本次运行最快的显存拷贝，{ceiling:,.0f} GB/s（读 + 写）；字节数按最少访存计",
-             ha="center", va="top", fontsize=8)
+        ax.set_xlim(-0.5, len(shapes) - 0.5)
+        if side_by_side or phase == "fwd_bwd":
+            ax.set_xticks(range(len(shapes)), [_short_label(s) for s in shapes])
+    if side_by_side:
+        axes[0].set_ylabel("有效带宽（占拷贝上限 %）")
+    else:
+        fig.supylabel("有效带宽（占拷贝上限 %）", x=0.05, fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 0.98 if side_by_side
+               else 0.96), ncol=len(names), handlelength=1.0, columnspacing=1.0, handletextpad=0.4)
     return plots.svg_of(fig)

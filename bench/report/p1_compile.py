@@ -58,17 +58,117 @@ def _forward_table(data):
         data, "编译耗时含首次 forward + backward；kernel 数与发射次数取自一次剖析的调用")
 
 
+# What each Inductor kernel of the layer does, read off the FX node names it fused: HF Qwen3's forward names
+# its values (hidden_states, variance, query_states, q_embed, attn_output, down_proj ...), and Inductor keeps
+# those names on the nodes. A forward kernel is named by the parts whose nodes it holds; a backward kernel
+# by the forward kernels whose values it reads back (a node name held by one forward kernel only), or, when it
+# reads none, as the part of the backward kernel holding all its nodes that its own nodes show (RoPE's sin,
+# cos and neg). A backward label names a forward kernel by its parts' short names (before "：").
+NORM = ("variance", "rsqrt")  # a norm's nodes: mean of squares, then rsqrt
+ROPE = ("q_embed", "k_embed")
+RESIDUAL_AFTER_ATTENTION = "attn_output"
+RESIDUAL_AFTER_MLP = "down_proj"
+SWIGLU = "silu"
+
+
+def _base(node: str) -> str:
+    """'hidden_states_7' -> 'hidden_states': the node's name without the counter FX appends."""
+    head, _, tail = node.rpartition("_")
+    return head if head and tail.isdigit() else node
+
+
+def _has(nodes, *bases) -> bool:
+    return any(_base(n) in bases for n in nodes)
+
+
+def forward_parts(nodes: list[str]) -> list[str]:
+    """What a forward kernel computes, in the layer's order, from its node names."""
+    if not nodes:
+        return []
+    parts = []
+    norm = _has(nodes, *NORM)
+    if _has(nodes, RESIDUAL_AFTER_MLP):
+        parts.append("MLP 后的残差加法")  # it recomputes the first residual sum too, which it reads
+    elif _has(nodes, RESIDUAL_AFTER_ATTENTION):
+        parts.append("注意力后的残差加法")
+        if norm:
+            parts.append("post_attention_layernorm")
+    elif norm:
+        head = "q" if _has(nodes, "query_states", "q_embed") else "k" if _has(nodes, "key_states", "k_embed") else None
+        parts.append(f"{head}_norm" if head else "input_layernorm")
+    if _has(nodes, *ROPE):
+        parts.append("RoPE")
+    if _has(nodes, SWIGLU):
+        parts.append("SwiGLU：silu(gate) × up")
+    return parts
+
+
+def kernel_labels(kernels: dict) -> dict[str, list[str]]:
+    """{graph: [label per kernel]} for Inductor's kernels of one layer (``{"forward": [...], "backward": [...]}``
+    as the data has them, each with ``source_nodes``); "—" where a kernel names no node."""
+    forward = kernels.get("forward", [])
+    owners: dict[str, list[int]] = {}
+    for index, k in enumerate(forward):
+        for node in set(k["source_nodes"]):
+            owners.setdefault(node, []).append(index)
+    own = {index: {n for n in k["source_nodes"] if owners[n] == [index]} for index, k in enumerate(forward)}
+    names = [" + ".join(forward_parts(k["source_nodes"])) or "—" for k in forward]
+    out = {"forward": names}
+    backward = kernels.get("backward", [])
+    read = [[i for i in range(len(forward)) if own[i] & set(k["source_nodes"])] for k in backward]
+    labels = []
+    for index, k in enumerate(backward):
+        if read[index]:
+            labels.append(" 与 ".join(names[i].split("：")[0] for i in reversed(read[index])) + " 的反向")
+            continue
+        nodes = set(k["source_nodes"])
+        holder = next((j for j, other in enumerate(backward) if j != index and read[j] and nodes
+                       and nodes <= set(other["source_nodes"])), None)
+        rope = _has(nodes, "neg") and _has(nodes, "cos") and _has(nodes, "sin")
+        if holder is not None and rope:
+            heads = [p[0] for i in read[holder] for p in forward_parts(forward[i]["source_nodes"]) if p.endswith("_norm")]
+            labels.append("RoPE 的反向" + (f"（{heads[0]} 一路）" if heads else ""))
+        else:
+            labels.append("—")
+    out["backward"] = labels
+    return out
+
+
+def _kernel_kind(name: str) -> str:
+    """Inductor's prefix: triton_poi (pointwise), triton_red (reduction, looped), triton_per (persistent)."""
+    kind = name.split("_fused")[0].rsplit("_", 1)[-1]
+    return {"poi": "逐点", "red": "归约（分块循环）", "per": "归约（整行一次）"}.get(kind, "—")
+
+
 def _layer_kernels_table(data):
+    """The article's table: what each kernel does, its kind, how many graph nodes it fused."""
     kernels = data["results"]["layer_kernels"] or {}
+    labels = kernel_labels(kernels)
     rows = []
     for graph in ("forward", "backward"):
-        for k in kernels.get(graph, []):
-            nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
-            rows.append([GRAPHS[graph], f"`{k['name']}`", nodes])
+        for k, label in zip(kernels.get(graph, []), labels.get(graph, [])):
+            rows.append([GRAPHS[graph], label, _kernel_kind(k["name"]), len(k["source_nodes"]) or "—"])
     last = data["results"]["shapes"][-1]
-    return tables.md_table(["图", "生成的 kernel", "融合的图节点"], rows, align="lll") + prose.caption(
+    return tables.md_table(["图", "这个 kernel 做什么", "类型", "融合的图节点（个）"], rows, align="lllr") + prose.caption(
         f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
-        "矩阵乘与注意力交给 cuBLAS / sdpa，不在表中", "kernel 名里列着融合进去的 ATen 算子", sep="；")
+        "矩阵乘与注意力交给 cuBLAS / sdpa，不在表中",
+        "「做什么」由 kernel 融合的图节点名推出（HF 代码里的变量名，如 q_embed、attn_output）；kernel 名与节点的完整列表见方法页",
+        sep="；")
+
+
+def _kernel_nodes_table(data):
+    """The methods page's table: each kernel's name and every graph node it fused."""
+    kernels = data["results"]["layer_kernels"] or {}
+    labels = kernel_labels(kernels)
+    rows = []
+    for graph in ("forward", "backward"):
+        for k, label in zip(kernels.get(graph, []), labels.get(graph, [])):
+            nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
+            rows.append([GRAPHS[graph], label, f"`{k['name']}`", nodes])
+    last = data["results"]["shapes"][-1]
+    return tables.md_table(["图", "这个 kernel 做什么", "生成的 kernel", "融合的图节点"], rows, align="llll") + prose.caption(
+        f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
+        "kernel 名里列着融合进去的 ATen 算子，节点名是 FX 图里的名字", sep="；")
 
 
 def _rmsnorm_code(data, graph):
@@ -88,6 +188,7 @@ def render(data: dict) -> dict[str, str]:
         "p1_compile.md": _before_after_table(data),
         "p1_compile_fwd.md": _forward_table(data),
         "p1_compile_kernels.md": _layer_kernels_table(data),
+        "p1_compile_kernel_nodes.md": _kernel_nodes_table(data),
         "p1_inductor_rmsnorm_fwd.txt": _rmsnorm_code(data, "forward"),
         "p1_inductor_rmsnorm_bwd.txt": _rmsnorm_code(data, "backward"),
     }

@@ -5,7 +5,7 @@ import pathlib
 
 from bench import store
 from bench.report import plots, prose, tables
-from bench.report.names import CATEGORY_COLOURS, CATEGORY_ZH
+from bench.report.names import CATEGORY_COLOURS, CATEGORY_ZH, PASTEL_FILL, PASTEL_LINE
 
 NAME = "p1_profile"
 
@@ -150,12 +150,12 @@ def _sweep_plot(data):
     tokens = [e["tokens"] for e in sweep]
     step_ms = [e["step"]["median_ms"] for e in sweep]
     busy_ms = [e["launch"]["busy_us"] / 1e3 for e in sweep]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot(tokens, step_ms, marker="o", color="#8AB0DB", label="step 时间（do_bench 中位数）")
-    ax.plot(tokens, busy_ms, marker="s", color="#D98F92", label="GPU 忙碌时间（kernel 区间的并集）")
+    fig, ax = plt.subplots(figsize=(6.4, 3.3))
+    ax.plot(tokens, step_ms, marker="o", color=PASTEL_LINE["blue"], label="step 时间（do_bench 中位数）")
+    ax.plot(tokens, busy_ms, marker="s", color=PASTEL_LINE["pink"], label="GPU 忙碌时间（kernel 区间的并集）")
     for t, s, b in zip(tokens, step_ms, busy_ms):
         ax.annotate(f"忙碌 {100 * b / s:.0f}%", (t, b), textcoords="offset points", xytext=(0, -15), ha="center",
-                    fontsize=8)
+                    fontsize=plots.SMALL)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(tokens, [str(t) for t in tokens])
@@ -166,8 +166,8 @@ def _sweep_plot(data):
     ax.margins(x=0.08)
     ax.set_xlabel("每个训练 step 的 token 数（对数坐标）")
     ax.set_ylabel("时间（ms，对数坐标）")
-    ax.legend(loc="upper left", fontsize=9)
-    ax.set_title("两条线之间的差 = GPU 空等 CPU 的时间", fontsize=10)
+    ax.legend(loc="upper left")
+    ax.set_title("两条线之间的差 = GPU 空等 CPU 的时间")
     return plots.svg_of(fig)
 
 
@@ -188,8 +188,34 @@ def trace_path(data) -> pathlib.Path:
     return path
 
 
+ATTENTION_OP = "aten::scaled_dot_product_attention"  # the CPU op whose time the timeline marks
+
+
+def timeline_crop(pairs: list) -> tuple[list, dict | None]:
+    """The launches the timeline draws: from the layer's start up to and including the first launch of an
+    attention kernel (the part of the layer 篇1 §三 reads), with that launch; all of them and None when the
+    layer launched no attention kernel."""
+    for index, pair in enumerate(pairs):
+        if pair["category"] == "attention":
+            return pairs[:index + 1], pair
+    return pairs, None
+
+
+def _cpu_op(events, cpu_range, name):
+    """The first CPU op called ``name`` on the range's thread inside the range, as (start, duration) in µs
+    from the range's start; None when there is none."""
+    start, end = cpu_range["ts"], cpu_range["ts"] + cpu_range["dur"]
+    for e in sorted(events, key=lambda e: e.get("ts", 0)):
+        if (e.get("ph") == "X" and e.get("cat") == "cpu_op" and e.get("name") == name
+                and e.get("tid") == cpu_range["tid"] and start <= e["ts"] < end):
+            return e["ts"] - start, e["dur"]
+    return None
+
+
 def _timeline_plot(data):
-    """CPU launch calls above, the GPU work they started below, one time axis, linked by correlation id."""
+    """CPU launch calls above, the GPU work they started below, one time axis, linked by correlation id;
+    from the layer's start to the end of its attention kernel (:func:`timeline_crop`), with the CPU's time
+    in scaled_dot_product_attention and the GPU's longest idle gap named."""
     from matplotlib.collections import LineCollection
 
     from p1_profile_step import load_trace, range_launches
@@ -198,12 +224,20 @@ def _timeline_plot(data):
     name = data["results"]["main"]["layer"]["name"]
     events = load_trace(trace_path(data))
     cpu_range = next(e for e in events if e.get("cat") == "user_annotation" and e.get("name") == name)
-    pairs = range_launches(events, name)
-    span = max([cpu_range["dur"]] + [p["kernel_us"] + p["kernel_dur_us"] for p in pairs])
-    least = span / 900  # about one pixel at 800 px: every call and kernel stays visible
-    cpu_y, gpu_y, height = 1.0, 0.0, 0.5
-    fig, ax = plt.subplots(figsize=(11, 3.9))
-    ax.broken_barh([(0, cpu_range["dur"])], (cpu_y - height / 2, height), facecolors="#DDDDDD", edgecolors="none")
+    pairs, attention = timeline_crop(range_launches(events, name))
+    span = max([p["kernel_us"] + p["kernel_dur_us"] for p in pairs] + [p["launch_us"] + p["launch_dur_us"]
+                                                                          for p in pairs]
+               + ([] if attention else [cpu_range["dur"]]))
+    least = span / 600  # about one pixel as shown: every call and kernel stays visible
+    cpu_y, gpu_y, height = 1.0, 0.0, 0.46
+    fig, ax = plt.subplots(figsize=(plots.FIGURE_WIDTH, 2.9))
+    ax.broken_barh([(0, min(cpu_range["dur"], span))], (cpu_y - height / 2, height), facecolors="#E4E4E4",
+                   edgecolors="none")
+    sdpa = _cpu_op(events, cpu_range, ATTENTION_OP) if attention else None
+    if sdpa:
+        ax.broken_barh([sdpa], (cpu_y - height / 2, height), facecolors=PASTEL_FILL["purple"], edgecolors="none")
+        ax.text(sdpa[0] + sdpa[1], cpu_y + height / 2 + 0.04, f"{ATTENTION_OP.removeprefix('aten::')}：CPU 上 "
+                f"{sdpa[1]:,.0f} µs", ha="right", va="bottom", fontsize=plots.SMALL)
     ax.broken_barh([(p["launch_us"], max(p["launch_dur_us"], least)) for p in pairs], (cpu_y - height / 2, height),
                    facecolors="#555555", edgecolors="none")
     kernels = sorted(pairs, key=lambda p: p["kernel_us"])
@@ -219,26 +253,31 @@ def _timeline_plot(data):
             used.append(category)
     links = [[(p["launch_us"] + p["launch_dur_us"] / 2, cpu_y - height / 2), (p["kernel_us"], gpu_y + height / 2)]
              for p in pairs]
-    ax.add_collection(LineCollection(links, colors="#888888", linewidths=0.5, alpha=0.6))
+    ax.add_collection(LineCollection(links, colors="#777777", linewidths=0.7, alpha=0.7))
+    idle = sum(width for _, width in gaps)
     if kernels:
         ax.text(kernels[0]["kernel_us"] / 2, gpu_y, "GPU 还在执行\n之前排队的 kernel", ha="center", va="center",
-                fontsize=8)
-        idle = sum(width for _, width in gaps)
-        ax.text(span, gpu_y - height / 2 - 0.08, f"斜线 = GPU 空等（间隔 > {IDLE_GAP_US:g} µs），共 {idle:,.0f} µs",
-                ha="right", va="top", fontsize=8, color="#C0777A")
+                fontsize=plots.SMALL)
     else:
-        ax.text(span / 2, gpu_y, "trace 中没有 GPU kernel（CPU 上的运行）", ha="center", va="center", fontsize=9)
+        ax.text(span / 2, gpu_y, "trace 中没有 GPU kernel（CPU 上的运行）", ha="center", va="center",
+                fontsize=plots.SMALL)
+    if gaps:
+        longest = max(gaps, key=lambda g: g[1])
+        ax.text(longest[0] + longest[1] / 2, gpu_y - height / 2 - 0.04, f"最长空等 {longest[1]:,.0f} µs", ha="center",
+                va="top", fontsize=plots.SMALL, color="#C0777A")
     ax.set_yticks([gpu_y, cpu_y], ["GPU：kernel", "CPU：启动调用"])
-    ax.set_ylim(gpu_y - 0.55, cpu_y + 0.45)
+    ax.set_ylim(gpu_y - 0.62, cpu_y + 0.55)
     ax.set_xlim(0, span * 1.01)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"时间（µs，从 {name} forward 在 CPU 上开始计）")
-    ax.set_title(f"{name} forward：{len(pairs)} 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）",
-                 fontsize=10)
+    what = f"{name} forward 从开始到注意力 kernel" if attention else f"{name} forward"
+    ax.set_title(f"{what}：{len(pairs)} 次启动，细线连起每次启动和它的 kernel", loc="left")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=CATEGORY_COLOURS[c]) for c in used]
-    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#555555"), plt.Rectangle((0, 0), 1, 1, facecolor="#DDDDDD")]
-    labels = [CATEGORY_NAMES[c] for c in used] + ["启动调用（cudaLaunchKernel 等）", f"CPU 上的 {name} 区间"]
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8)
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#555555"),
+                plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#D98F92", hatch="////", linewidth=0)]
+    labels = [CATEGORY_NAMES[c] for c in used] + ["启动调用", f"GPU 空等（间隔 > {IDLE_GAP_US:g} µs），共 {idle:,.0f} µs"]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.27), ncol=4, handlelength=1.2,
+              columnspacing=1.0)
     return plots.svg_of(fig)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
 from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
-                              rows_caption, shape_label, size)
+                              forward_shapes, rows_caption, shape_label, size)
 
 NAME = "rmsnorm"
 # What the runs before the experiment recorded these used (bench/exp_rmsnorm.py then): ours, the peers it is
@@ -18,12 +18,19 @@ def config(data) -> dict:
     return BEFORE_RECORDED | data["config"]
 
 
+def shapes_of(data, phase) -> list[dict]:
+    """The shapes a table of ``phase`` shows: a forward table leaves out a shape that repeats another's
+    forward with only its dy laid out otherwise (ops.forward_shapes)."""
+    shapes = data["results"]["shapes"]
+    return forward_shapes(shapes) if phase == "fwd" else shapes
+
+
 def vs_best_peer(data, phase) -> list[dict]:
-    """Per shape: ours, the fastest peer (HF, F.rms_norm, compile, Liger, quack) and peer ÷ ours."""
+    """Per shape of ``phase``: ours, the fastest peer (HF, F.rms_norm, compile, Liger, quack) and peer ÷ ours."""
     cfg, res = config(data), data["results"]
     copy = copy_ceiling(res)["gbps"]
     out = []
-    for s in res["shapes"]:
+    for s in shapes_of(data, phase):
         ours = s[phase][cfg["ours"]]
         peers, best = fastest_peer(s[phase], cfg["peers"])
         out.append({"label": shape_label(s), "ours_us": ours["median_us"], "of_copy": ours["gbps"] / copy,
@@ -46,7 +53,7 @@ def _table(data, phase):
     takeaway = (f"{PHASES[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
                 f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare(data, rows)}。")
     moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
-    caption = (f"bf16，{rows_caption(data['results']['shapes'])}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
+    caption = (f"bf16，{rows_caption(shapes_of(data, phase))}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
                f"轮换输入（不复用 L2）的中位数。字节按最少计（{moved}）；拷贝上限为{ceiling_text(data['results'])}。")
     return prose.page(table, caption, takeaway)
 
@@ -54,7 +61,7 @@ def _table(data, phase):
 def _contender_table(data, phase, caption):
     """One column per contender in the data (6 columns at most: with quack's, HF eager's goes and the
     caption says how much slower it was)."""
-    cfg, shapes = config(data), data["results"]["shapes"]
+    cfg, shapes = config(data), shapes_of(data, phase)
     ours = cfg["ours"]
     names = [n for n in cfg["peers"] + [ours] if any(n in s[phase] for s in shapes)]
     dropped = ""

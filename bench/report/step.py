@@ -215,6 +215,7 @@ def render(data: dict) -> dict[str, str]:
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
             + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + _caption(data), _share_takeaway(data, rows)),
+        "step_rmsnorm_share_sentence.md": _share_takeaway(data, rows) + "\n",
         "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }
@@ -223,7 +224,7 @@ def render(data: dict) -> dict[str, str]:
 def _plot(rows: list[dict], data: dict) -> str:
     plt = plots.plot_style()
     ok = [r for r in rows if r["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(ok), 1) + 1.6))
+    fig, ax = plt.subplots(figsize=(7.2, 0.34 * max(len(ok), 1) + 1.0))
     labels = [STEP_LABELS.get(r["contender"], r["label"]) for r in ok][::-1]
     y = list(range(len(ok)))
     rms = [r["rms"] or 0.0 for r in ok][::-1]
@@ -231,14 +232,14 @@ def _plot(rows: list[dict], data: dict) -> str:
     ax.barh(y, rest, color=PASTEL_LINE["blue"], label="其余部分")
     ax.barh(y, rms, left=rest, color=PASTEL_LINE["pink"], label="RMSNorm（profiler 实测）")
     for yi, r in zip(y, ok[::-1]):
-        note = "" if r["rms"] is not None else "（RMSNorm 已被融合，无法单独计时）"
-        ax.text(r["step"], yi, f"  {r['step']:.0f} ms{note}", va="center", fontsize=9, color="#777777")
+        note = "" if r["rms"] is not None else "（RMSNorm 已融合，无法单独计时）"
+        ax.text(r["step"], yi, f" {r['step']:.0f} ms{note}", va="center", fontsize=plots.SMALL, color="#777777")
     ax.set_yticks(y, labels)
     ax.set_xlabel("训练 step 时间（ms，中位数；越短越好）")
-    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.45)
+    ax.set_xlim(0, max([r["step"] for r in ok] or [1]) * 1.5)
     ax.grid(axis="y", visible=False)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2)
     cfg = data["config"]
     ax.set_title(f"Qwen3 {cfg['model']['size']} 的层形状，{cfg['model']['num_hidden_layers']} 层，"
-                 f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward", fontsize=10)
+                 f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward")
     return plots.svg_of(fig)

@@ -23,6 +23,11 @@ def _caption(data):
             f"中位数{counts}；「行」是每个 program 处理的行数 BLOCK_ROWS。")
 
 
+PLOT_NOTE = ("调参图里，折线上其余参数取生产版的选择（forward：num_warps；backward：BLOCK_ROWS 与 num_warps），"
+             "阴影是扫到的全部配置从最差到最好，星号是生产版的选择；有效带宽以 rmsnorm 实验中最快的显存拷贝"
+             "（{ceiling:,.0f} GB/s）为拷贝上限。")
+
+
 def _fwd_table(data):
     f = tables.fmt
     rows = []
@@ -38,7 +43,8 @@ def _fwd_table(data):
         ])
     headers = ["形状", "扫描最优（行 / warps）：µs", "autotune 选择（行 / warps）", "发布的启发式（行 / warps）：µs",
                "最慢 ÷ 最快"]
-    return prose.page(tables.md_table(headers, rows, "lllll"), "forward。" + _caption(data))
+    note = PLOT_NOTE.format(ceiling=_copy_ceiling_gbps(data))
+    return prose.page(tables.md_table(headers, rows, "lllll"), "forward。" + _caption(data) + note)
 
 
 def _bwd_table(data):
@@ -78,11 +84,9 @@ def _plot(data):
     plt = plots.plot_style()
     ceiling = _copy_ceiling_gbps(data)
     entries = [e for e in data["results"] if e["width"] in PLOT_WIDTHS]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
-    panels = ((axes[0], "fwd", "heuristic", "block_rows", "(a) forward：每个 program 处理的行数",
-               "BLOCK_ROWS（每个 program 的行数）"),
-              (axes[1], "bwd", "heuristic_bwd", "programs_per_sm", "(b) backward：每个 SM 上常驻的 program 数",
-               "每个 SM 的 program 数"))
+    fig, axes = plt.subplots(1, 2, figsize=(plots.FIGURE_WIDTH, 3.2), sharey=True, gridspec_kw={"wspace": 0.08})
+    panels = ((axes[0], "fwd", "heuristic", "block_rows", "(a) forward", "BLOCK_ROWS（每个 program 的行数）"),
+              (axes[1], "bwd", "heuristic_bwd", "programs_per_sm", "(b) backward", "每个 SM 常驻的 program 数"))
     for ax, phase, shipped_key, knob, title, xlabel in panels:
         for index, e in enumerate(entries):
             color = (PASTEL_LINE["pink"], PASTEL_LINE["blue"])[index % 2]
@@ -99,24 +103,23 @@ def _plot(data):
             ax.plot([v for v, _ in line], [p for _, p in line], color=color, marker="o", markersize=4,
                     label=PLOT_WIDTHS[e["width"]])
             star = [p for v, p in line if v == shipped[knob]]
-            ax.plot([shipped[knob]] * len(star), star, linestyle="none", marker="*", markersize=13, color=color,
+            ax.plot([shipped[knob]] * len(star), star, linestyle="none", marker="*", markersize=12, color=color,
                     markeredgecolor="#555555", markeredgewidth=0.6)
         ax.set_xscale("log", base=2)
         ticks = sorted({x[knob] for e in entries for x in e[phase]})
         ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.minorticks_off()
         ax.set_ylim(0, 105)
-        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_title(title, loc="left")
         ax.set_xlabel(xlabel)
     axes[0].set_ylabel("有效带宽（占拷贝上限 %）")
     handles, labels = axes[0].get_legend_handles_labels()
     handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#BBBBBB", alpha=0.5),
                 plt.Line2D([], [], linestyle="none", marker="*", markersize=11, color="#BBBBBB",
                            markeredgecolor="#555555")]
-    labels += ["扫描到的全部配置（最差到最好）", "生产版选的配置"]
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, -0.1), ncol=4, fontsize=9)
-    fig.text(0.5, -0.13, "折线：其余参数取生产版的选择（forward：num_warps；backward：BLOCK_ROWS 与 num_warps）。"
-             f"拷贝上限：rmsnorm 实验中最快的显存拷贝，{ceiling:,.0f} GB/s；bf16", ha="center", va="top", fontsize=8)
+    labels += ["扫到的全部配置", "生产版的选择"]
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.03), ncol=4, handlelength=1.6,
+               columnspacing=1.2)
     return plots.svg_of(fig)
 
 

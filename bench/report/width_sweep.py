@@ -152,62 +152,132 @@ def caption(data) -> str:
     return text
 
 
-def _plot(data) -> str:
-    """% of the copy ceiling vs width (log2 axis), one line per contender; forward above, fwd+bwd below."""
+WIDTH_TICKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def _width_axis(ax, widths, label=True):
+    """log2 width axis with the powers of two as plain numbers."""
+    ax.set_xscale("log", base=2)
+    ticks = [w for w in WIDTH_TICKS if min(widths) <= w <= max(widths)]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    if label:
+        ax.set_xlabel("隐藏维度 H（列数，对数坐标）")
+
+
+def worst(data) -> dict | None:
+    """The lowest peer ÷ ours of the sweep in either direction: {"phase", "width", "ratio", "peer"}, or None."""
+    facts = sweep_facts(data)
+    found = [dict(facts[phase]["worst"], phase=phase) for phase in config(data)["targets"] if facts[phase]["worst"]]
+    return min(found, key=lambda w: w["ratio"], default=None)
+
+
+PHASE_LINES = {"fwd": "-", "fwd_bwd": "--"}  # the ratio plot: one line per direction, the best peer by colour
+PHASE_MARKERS = {"fwd": "o", "fwd_bwd": "s"}
+
+
+def _ratio_plot(data) -> str:
+    """篇2 §七's plot: the fastest peer's time ÷ ours against width (log2), one line per direction, each point
+    in the colour of the peer that was fastest there; 1.0 and the run's tie band; the worst point named."""
+    plt = plots.plot_style()
+    cfg = config(data)
+    level = tie(cfg)
+    fig, ax = plt.subplots(figsize=(plots.FIGURE_WIDTH, 3.3))
+    widths = [s["width"] for s in data["results"]["shapes"]]
+    ax.axhspan(1 - level, 1 + level, color="#BBBBBB", alpha=0.35, linewidth=0)
+    ax.axhline(1, color="#888888", linewidth=1)
+    handles, labels, peers = [], [], []
+    for phase in cfg["targets"]:
+        rows = [r for r in per_width(data, phase) if r["ratio"] is not None]
+        line, = ax.plot([r["width"] for r in rows], [r["ratio"] for r in rows], color="#666666", linewidth=1.2,
+                        linestyle=PHASE_LINES[phase], zorder=2)
+        for r in rows:
+            ax.scatter(r["width"], r["ratio"], s=22, marker=PHASE_MARKERS[phase], color=COLOURS[r["peer"]], zorder=3,
+                       linewidths=0)
+            peers += [r["peer"]] if r["peer"] not in peers else []
+        handles.append(plt.Line2D([], [], color="#666666", linestyle=PHASE_LINES[phase], marker=PHASE_MARKERS[phase],
+                                  markersize=5, markerfacecolor="#666666", markeredgewidth=0))
+        labels.append(PHASES[phase])
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="#BBBBBB", alpha=0.5))
+    labels.append(f"持平（相差 {prose.pct(level)} 以内）")
+    for peer in [n for n in cfg["peers"] if n in peers]:
+        handles.append(plt.Line2D([], [], linestyle="none", marker="o", markersize=6, color=COLOURS[peer]))
+        labels.append(f"最快的对手：{OP_LABELS.get(peer, peer)}")
+    low = worst(data)
+    if low:
+        ax.annotate(f"最差：{PHASES[low['phase']]}，H={low['width']}，{prose.times(low['ratio'])}",
+                    (low["width"], low["ratio"]), textcoords="offset points", xytext=(-8, 0), ha="right",
+                    va="center", fontsize=plots.SMALL)
+    _width_axis(ax, widths)
+    ax.set_ylabel("最快的对手用时 ÷ 生产版用时")
+    ax.set_title(f"高于 1：生产版更快；{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行", loc="left")
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, handlelength=1.6,
+              columnspacing=1.2)
+    return plots.svg_of(fig)
+
+
+def _all_plot(data) -> str:
+    """The methods page's plot: % of the copy ceiling vs width (log2 axis), one line per contender; forward
+    above, forward + backward below, each direction's target from the run's config."""
     plt = plots.plot_style()
     res = data["results"]
     shapes = res["shapes"]
     ceiling = sweep_ceiling(res)["gbps"]
     widths = [s["width"] for s in shapes]
-    fig, axes = plt.subplots(2, 1, figsize=(10, 7.2), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(plots.FIGURE_WIDTH, 4.2), sharex=True, gridspec_kw={"hspace": 0.3})
     cfg = config(data)
     names = [n for n in cfg["contenders"] if any(n in s["fwd"] or n in s["fwd_bwd"] for s in shapes)]
     for ax, phase in zip(axes, ("fwd", "fwd_bwd")):
         for name in names:
             values = [100 * s[phase][name]["gbps"] / ceiling if name in s[phase] else math.nan for s in shapes]
-            ax.plot(widths, values, marker="o", markersize=3, linewidth=2.2 if name == cfg["ours"] else 1.2,
+            ax.plot(widths, values, marker="o", markersize=2.5, linewidth=2.0 if name == cfg["ours"] else 1.0,
                     label=OP_LABELS.get(name, name), color=COLOURS[name],
                     zorder=3 if name == cfg["ours"] else 2)
         ax.axhline(100, color="#D98F92", linestyle="--", linewidth=1.2)
         target = cfg["targets"][phase]
         ax.axhline(100 * target, color="#999999", linestyle=":", linewidth=1)
-        ax.text(widths[0], 100 * target, f"目标 {prose.pct(target)}（宽度 ≥ {cfg['target_from_width']}）",
-                va="bottom", ha="left", fontsize=8)
-        ax.set_xscale("log", base=2)
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
-        ax.set_ylabel("有效带宽（占拷贝上限 %）")
-        ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(data['config']['dtype'])}，"
-                     f"{data['config']['rows']} 行", fontsize=10, loc="left")
-    ticks = [w for w in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536) if min(widths) <= w <= max(widths)]
-    axes[1].set_xticks(ticks, [str(t) for t in ticks])
-    axes[1].set_xlabel("隐藏维度 H（列数，对数坐标）")
-    axes[0].legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=len(names), fontsize=9)
+        ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(cfg['dtype'])}，{cfg['rows']} 行；"
+                     f"点线：目标 {prose.pct(target)}（H ≥ {cfg['target_from_width']}）", loc="left")
+    _width_axis(axes[0], widths, label=False)
+    _width_axis(axes[1], widths)
+    fig.supylabel("有效带宽（占拷贝上限 %）", x=0.05, fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 0.96),
+               ncol=len(names), handlelength=1.4, columnspacing=1.0)
     return plots.svg_of(fig)
 
 
 def article_sentence(data) -> str:
-    """篇2 §七's summary of the sweep: how often ours is level or ahead, and where it falls behind most."""
+    """篇2 §七's summary of the sweep: how often ours is level or ahead in each direction, where it falls
+    behind most in either direction (and the other direction's worst), and how many of the widths where the
+    forward + backward falls behind take the chunked backward."""
     facts = sweep_facts(data)
     widths = [s["width"] for s in data["results"]["shapes"]]
-    parts = []
     cfg = config(data)
-    for phase in cfg["targets"]:
-        f = facts[phase]
-        parts.append(prose.glue(PHASES[phase], f"在 {f['level_or_ahead']} 个宽度上与最快的对手持平或更快"))
+    level = 1 - tie(cfg)
+    parts = [prose.glue(PHASES[phase], f"在 {facts[phase]['level_or_ahead']} 个宽度上与最快的对手持平或更快")
+             for phase in cfg["targets"]]
     text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "生产版的 " + "，".join(parts)
             + f"（相差 {prose.pct(tie(cfg))} 以内算持平）")
-    worst = facts["fwd_bwd"]["worst"]
-    if worst and worst["ratio"] < 1 - tie(cfg):
-        chunked = cfg["chunked_backward_above"]
-        wide = [w for w in facts["fwd_bwd"]["behind"] if w > chunked]
-        text += (f"；落后最多的是 forward + backward 在 H={worst['width']}，只有 {OP_LABELS[worst['peer']]} 速度的 "
-                 f"{worst['ratio']:.2f}×")
-        if wide:
-            text += f"，落后的宽度里 {len(wide)} 个宽于 {chunked}"
+    low = worst(data)
+    if low and low["ratio"] < level:
+        text += (f"；落后最多的是 {PHASES[low['phase']]} 在 H={low['width']}，只有 {OP_LABELS[low['peer']]} 速度的 "
+                 f"{low['ratio']:.2f}×")
+        others = [dict(facts[p]["worst"], phase=p) for p in cfg["targets"] if p != low["phase"] and facts[p]["worst"]]
+        if others:
+            other = others[0]
+            where = "也在" if other["width"] == low["width"] else "在"
+            text += f"（{PHASES[other['phase']]} 最差{where} H={other['width']}，{other['ratio']:.2f}×）"
+    behind = facts["fwd_bwd"]["behind"] if "fwd_bwd" in facts else []
+    chunked = cfg["chunked_backward_above"]
+    wide = [w for w in behind if w > chunked]
+    if wide:
+        text += (f"；forward + backward 落后的 {len(behind)} 个宽度都宽于 {chunked}" if len(wide) == len(behind)
+                 else f"；forward + backward 落后的 {len(behind)} 个宽度里 {len(wide)} 个宽于 {chunked}")
     return text + "。\n"
 
 
 def render(data: dict) -> dict[str, str]:
-    return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _plot(data),
-            "width_sweep_article.md": article_sentence(data)}
+    return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _ratio_plot(data),
+            "width_sweep_all.svg": _all_plot(data), "width_sweep_article.md": article_sentence(data)}

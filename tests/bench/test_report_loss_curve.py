@@ -22,3 +22,16 @@ def test_the_sentence_names_a_failed_gate():
     data = copy.deepcopy(fixture("loss_curve"))
     data["results"]["bf16"]["gate"]["passed"] = False
     assert "未通过门限的精度设置：bf16 权重" in loss_curve.gate_sentence(data)
+
+
+def test_the_difference_axis_spans_the_limit_its_title_names():
+    """The lower panels' title names the gate's per-step limit (config gate.step_rtol) and their axis reaches it,
+    whatever the differences are: ±5 % with ticks at ±5, and ±2 % for a run that recorded a 2 % limit."""
+    data = fixture("loss_curve")
+    for rtol in (data["config"]["gate"]["step_rtol"], 0.02):
+        run = copy.deepcopy(data)
+        run["config"]["gate"]["step_rtol"] = rtol
+        texts = plots.svg_texts(loss_curve.render(run)["loss_curve.svg"])
+        limit = f"{100 * rtol:g}"
+        assert f"(x − HF) / HF，逐步门限 ±{limit}%" in texts
+        assert limit in texts and f"−{limit}" in texts  # the axis' end ticks

@@ -48,11 +48,12 @@ def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_sma
     GPU work (a reduction, a memset, a GEMM); one shared time axis; a wrong or missing trace fails loudly."""
     data = as_if_on_a_gpu(fixture("p1_profile"))
     texts = plots.svg_texts(p1_profile.render(data)["p1_profile_layer_timeline.svg"])
-    assert "decoder_layer.1 forward：3 次启动，每条细线连起一次启动和它启动的 kernel（按 correlation id）" in texts
+    assert "decoder_layer.1 forward：3 次启动，细线连起每次启动和它的 kernel" in texts  # no attention: no crop
     assert {"GEMM", "归约", "拷贝/类型转换", "CPU：启动调用", "GPU：kernel"} <= set(texts)
     assert "注意力" not in texts  # only categories that ran are in the legend
     assert "时间（µs，从 decoder_layer.1 forward 在 CPU 上开始计）" in texts
-    assert any(t.startswith("斜线 = GPU 空等（间隔 > 10 µs），共 19 µs") for t in texts)  # 71 → 90; 68 → 70 is short
+    assert "GPU 空等（间隔 > 10 µs），共 19 µs" in texts  # 71 → 90; 68 → 70 is short
+    assert "最长空等 19 µs" in texts
     trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
     trace.write_bytes(trace.read_bytes() + b"\n")
     with pytest.raises(RuntimeError, match="not the trace of this run"):
@@ -60,6 +61,45 @@ def test_timeline_links_the_layers_launches_to_its_kernels(data_dir_with_the_sma
     trace.unlink()
     with pytest.raises(RuntimeError, match="is missing"):
         p1_profile.render(data)
+
+
+def _with_attention(trace_file):
+    """The hand-made trace with an attention kernel launched inside decoder_layer.1 from within the CPU's
+    scaled_dot_product_attention op, and one launch after it; returns the trace's new size."""
+    import json
+
+    trace = json.loads(trace_file.read_text(encoding="utf-8"))
+    events = trace["traceEvents"]
+    events += [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "ts": 1060, "dur": 30, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1080, "dur": 5, "tid": 1,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "ts": 1210, "dur": 40,
+         "tid": 7, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1095, "dur": 4, "tid": 1,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", "ts": 1260, "dur": 30, "tid": 7,
+         "args": {"correlation": 9}},
+    ]
+    text = json.dumps(trace)
+    trace_file.write_text(text, encoding="utf-8")
+    return len(text.encode())
+
+
+def test_the_timeline_ends_with_the_attention_kernel(data_dir_with_the_small_trace):
+    """A layer that launched an attention kernel is drawn from its start up to and including that kernel: the
+    launch after it is left out, the CPU's time in scaled_dot_product_attention and the longest GPU gap are
+    named; the rule itself keeps every launch of a layer without attention."""
+    data = as_if_on_a_gpu(fixture("p1_profile"))
+    trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
+    data["results"]["main"]["trace_bytes"] = _with_attention(trace)
+    texts = plots.svg_texts(p1_profile.render(data)["p1_profile_layer_timeline.svg"])
+    assert "decoder_layer.1 forward 从开始到注意力 kernel：4 次启动，细线连起每次启动和它的 kernel" in texts
+    assert "注意力" in texts and "scaled_dot_product_attention：CPU 上 30 µs" in texts
+    assert "最长空等 20 µs" in texts  # 1190 → 1210, before the attention kernel
+    pairs = [{"category": c} for c in ("GEMM", "reduction", "attention", "GEMM")]
+    assert p1_profile.timeline_crop(pairs) == (pairs[:3], pairs[2])
+    assert p1_profile.timeline_crop(pairs[:2]) == (pairs[:2], None)
 
 
 def test_renders_from_the_quick_run(quick_p1_profile, quick_p1_profile_dir, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import store
-from bench.report import names, prose
+from bench.report import names, plots, prose
 from bench.report.ops import compare_sentence, copy_ceiling, rows_caption, shape_label
 from bench.report.render import MissingData, loader, render_all
 from bench.report.tables import env_box, provenance_table
@@ -105,3 +105,67 @@ def test_render_skips_what_has_no_data(monkeypatch, tmp_path):
     assert render_all("h200") == {}
     with pytest.raises(MissingData):
         loader("h200")("rmsnorm")
+
+
+def _plot(width_in, height_in, fontsize):
+    plt = plots.plot_style()
+    fig, ax = plt.subplots(figsize=(width_in, height_in))
+    ax.plot([1, 2], [1, 2])
+    ax.set_xlabel("时间（ms）")
+    ax.text(1, 1, "小字注释", fontsize=fontsize)
+    return plots.svg_of(fig)
+
+
+def test_plot_text_sizes_come_from_the_glyph_groups():
+    """Each string's font size is read off its glyph group's scale(s -s) (s × 100 points); a plot is shown at
+    its natural size (1 pt = 4/3 px) up to the column's 688 px; legible() names small text and a tall plot."""
+    svg = _plot(plots.FIGURE_WIDTH, 3.0, 7)
+    sizes = dict(plots.svg_text_sizes(svg))
+    assert sizes["小字注释"] == pytest.approx(7) and sizes["时间（ms）"] == pytest.approx(10)
+    seen = plots.shown(svg)
+    assert seen["smallest"] == "小字注释" and seen["width_px"] <= plots.COLUMN_PX
+    assert seen["smallest_px"] < plots.MIN_TEXT_PX and "小字注释" in plots.legible(svg)[0]
+    assert plots.legible(_plot(plots.FIGURE_WIDTH, 3.0, plots.SMALL)) == []
+    tall = plots.legible(_plot(plots.FIGURE_WIDTH, 6.0, plots.SMALL))
+    assert len(tall) == 1 and "px tall at 688 px wide" in tall[0]
+    narrow = plots.shown(_plot(3.0, 2.0, plots.SMALL))  # narrower than the column: natural size, 1 pt = 4/3 px
+    assert narrow["width_px"] < plots.COLUMN_PX and narrow["smallest_px"] == pytest.approx(plots.SMALL * 4 / 3)
+
+
+def test_every_committed_plot_reads_in_the_column():
+    """Every plot under docs/generated/ (what bench.render writes: tests/test_generated.py) has text of at
+    least 10 px as the site shows it and is at most 450 px tall shown 688 px wide."""
+    from bench import ROOT
+
+    svgs = sorted((ROOT / "docs" / "generated").glob("*.svg"))
+    assert svgs
+    problems = {svg.name: plots.legible(svg.read_text(encoding="utf-8")) for svg in svgs}
+    assert not {name: p for name, p in problems.items() if p}
+
+
+# The plots that draw contenders, each from the committed data: (report, file).
+CONTENDER_PLOTS = [("rmsnorm", "rmsnorm_bandwidth.svg"), ("fused_add", "fused_add_bandwidth.svg"),
+                   ("width_sweep", "width_sweep.svg"), ("width_sweep", "width_sweep_all.svg"),
+                   ("loss_curve", "loss_curve.svg"), ("fsdp2", "fsdp2.svg")]
+
+
+@pytest.mark.parametrize("report, name", CONTENDER_PLOTS)
+def test_plots_take_each_contender_s_colour_from_names(report, name, monkeypatch):
+    """Give every contender a colour no plot uses: each plot that draws contenders then draws each of them
+    in that colour, so no report picks a contender's colour of its own."""
+    import importlib
+
+    module = importlib.import_module(f"bench.report.{report}")
+    if not store.data_path(module.NAME).exists():
+        pytest.skip(f"{module.NAME} data not committed")
+    marked = {contender: f"#0{index:02d}0a0" for index, contender in enumerate(names.COLOURS)}
+    for contender, colour in marked.items():
+        monkeypatch.setitem(names.COLOURS, contender, colour)
+    svg = module.render(store.load(module.NAME))[name]
+    drawn = {contender for contender, colour in marked.items() if colour in svg}
+    assert drawn, f"{name} draws no contender in its names.COLOURS colour"
+    labels = set(plots.svg_texts(svg))
+    every = [pair for table in (names.OP_LABELS, names.TRAINING_LABELS, names.LOSS_CURVE_LEGEND)
+             for pair in table.items()]
+    legend = {c for c, label in every if label in labels or f"最快的对手：{label}" in labels}
+    assert legend <= drawn, f"{name}: {sorted(legend - drawn)} in the legend, not in their names.COLOURS colour"

@@ -9,6 +9,7 @@ import pytest
 from artifacts import tables, takeaway
 from bench import store
 from bench.report import rmsnorm
+from bench.report.ops import forward_shapes, forward_twin
 from bench_fixtures import check_artifacts
 
 
@@ -43,6 +44,27 @@ def test_the_takeaway_turns_when_ours_gets_slower(committed):
         s["fwd_bwd"]["triton"]["median_us"] = 3 * slowest
     sentence = takeaway(rmsnorm.render(rms)["rmsnorm_fwdbwd.md"])
     assert "慢" in sentence and "快于" not in sentence
+
+
+def test_the_forward_tables_have_no_transposed_dy_row(committed):
+    """The transposed-dy shape differs from q_norm only in the backward's input: the forward tables leave it
+    out (and their sentence and caption with it), the forward + backward tables keep it."""
+    twin = [s for s in committed["results"]["shapes"] if s.get("dy_layout") == "heads_transposed"]
+    assert twin and forward_twin(twin[0], committed["results"]["shapes"]) is not None
+    rendered = rmsnorm.render(committed)
+    for name in ("rmsnorm_fwd.md", "rmsnorm_fwd_all.md"):
+        assert "dy 转置" not in rendered[name] and "dy" not in rendered[name], name
+    forward = [line for line in rendered["rmsnorm_fwd.md"].splitlines() if line.startswith("| H=") or
+               line.startswith("| q_norm") or line.startswith("| k_norm")]
+    shapes = len(committed["results"]["shapes"])
+    assert len(forward) == shapes - len(twin)
+    assert takeaway(rendered["rmsnorm_fwd.md"]).startswith(f"forward：生产版在 {shapes - len(twin)} 个形状上")
+    assert "| q_norm（dy 转置） |" in rendered["rmsnorm_fwdbwd.md"] and "| q_norm（dy 转置） |" in \
+        rendered["rmsnorm_fwdbwd_all.md"]
+    assert takeaway(rendered["rmsnorm_fwdbwd.md"]).startswith(f"forward + backward：生产版在 {shapes} 个形状上")
+    # a transposed-dy shape with no contiguous twin is a forward shape of its own
+    alone = [dict(twin[0], rows=twin[0]["rows"] + 1)]
+    assert forward_shapes(alone) == alone
 
 
 def test_renders_from_the_quick_run(quick_rmsnorm):

@@ -17,7 +17,7 @@ def test_renders_and_states_the_facts(quick_width_sweep):
     sweep = quick_width_sweep
     widths = len(sweep["results"]["shapes"])
     rendered = width_sweep.render(sweep)
-    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_article.md"}
+    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_all.svg", "width_sweep_article.md"}
     article = rendered["width_sweep_article.md"]
     assert article.count("。") == 1 and f"{widths} 个宽度上" in article
     assert rendered == width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
@@ -83,3 +83,45 @@ def test_the_tie_rule_and_the_targets_come_from_the_run(four_widths):
     assert facts["misses"] == [2048]
     text = width_sweep.takeaway(data)
     assert "（相差 1% 以内算持平）" in text and "宽度 ≥ 2048 时低于拷贝上限的 95%的有 H=2048" in text
+
+
+def test_the_article_names_the_worst_width_of_either_direction(four_widths):
+    """The sentence's "落后最多" is the lowest peer ÷ ours of both directions: here the forward at H=2048 (0.80×),
+    with the forward + backward's own worst in brackets; the other way round when the backward is worse."""
+    data = copy.deepcopy(four_widths)
+    for s in data["results"]["shapes"]:  # forward + backward: ours 10 % behind at H=3000 only
+        s["fwd_bwd"] = copy.deepcopy(s["fwd"])
+        s["fwd_bwd"]["torch_rms_norm"] = dict(s["fwd"]["triton"], median_us=s["fwd"]["triton"]["median_us"] * (
+            0.9 if s["width"] == 3000 else 1.1))
+    low = width_sweep.worst(data)
+    assert (low["phase"], low["width"], low["peer"]) == ("fwd", 2048, "torch_rms_norm")
+    text = width_sweep.article_sentence(data)
+    assert "落后最多的是 forward 在 H=2048，只有 F.rms_norm 速度的 0.80×" in text
+    assert "（forward + backward 最差在 H=3000，0.90×）" in text
+    for s in data["results"]["shapes"]:  # now the forward + backward is worse: 0.70× at H=3000
+        if s["width"] == 3000:
+            s["fwd_bwd"]["torch_rms_norm"]["median_us"] = s["fwd_bwd"]["triton"]["median_us"] * 0.7
+    text = width_sweep.article_sentence(data)
+    assert "落后最多的是 forward + backward 在 H=3000，只有 F.rms_norm 速度的 0.70×" in text
+    assert "（forward 最差在 H=2048，0.80×）" in text
+
+
+def test_the_committed_sentence_and_plot_name_the_true_worst():
+    """On the H200 sweep the worst is the forward at H=65536 (0.79×), not the forward + backward there."""
+    from bench import store
+    from bench.report import plots
+
+    data = store.load("width_sweep")
+    facts = width_sweep.sweep_facts(data)
+    low = width_sweep.worst(data)
+    assert low["ratio"] == min(facts[p]["worst"]["ratio"] for p in ("fwd", "fwd_bwd"))
+    rendered = width_sweep.render(data)
+    check_artifacts(rendered)
+    sentence = rendered["width_sweep_article.md"]
+    assert f"落后最多的是 forward 在 H={low['width']}，只有 quack 速度的 {low['ratio']:.2f}×" in sentence
+    assert sentence.count("落后最多") == 1
+    texts = plots.svg_texts(rendered["width_sweep.svg"])  # the ratio plot: two directions, the tie band, the worst
+    assert {"forward", "forward + backward", "持平（相差 2% 以内）", "最快的对手用时 ÷ 生产版用时"} <= set(texts)
+    assert f"最差：forward，H={low['width']}，{low['ratio']:.2f}×" in texts
+    every = plots.svg_texts(rendered["width_sweep_all.svg"])  # the methods page's plot: every contender
+    assert {"生产版", "F.rms_norm", "torch.compile(HF)", "Liger", "quack"} <= set(every)

@@ -48,13 +48,15 @@ def as_if_on_a_gpu(data: dict) -> dict:
 
 
 def check_artifacts(rendered: dict[str, str]) -> None:
-    """Tables of at most 6 columns with a Chinese header; plots with an axis label that names its unit."""
+    """Tables of at most 6 columns with a Chinese header; plots with an axis label that names its unit, that
+    read in the site's column (plots.legible: text >= 10 px, at most 450 px tall)."""
     for name, text in rendered.items():
         if name.endswith(".md"):
             for header in tables(text):
                 assert len(header) <= 6 and CJK.search(" ".join(header)), (name, header)
         elif name.endswith(".svg"):
             assert text.startswith("<?xml") and any(UNIT_LABEL.search(t) for t in plots.svg_texts(text)), name
+            assert not plots.legible(text), (name, plots.legible(text))
 
 
 def unavailable_peers() -> set[str]:
@@ -92,6 +94,7 @@ def check_p1_render(report, data) -> dict[str, str]:
         elif rel.endswith(".svg"):
             assert text.startswith("<?xml") and text.rstrip().endswith("</svg>"), rel
             assert "<text" not in text and any("（" in t for t in plots.svg_texts(text)), rel  # glyphs, units
+            assert not plots.legible(text), (rel, plots.legible(text))  # reads in the site's column
         else:
             assert rel.endswith(".txt") and text.endswith("\n"), rel
     return first
