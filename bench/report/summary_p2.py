@@ -20,8 +20,10 @@ from bench.report.step import contender_rows, fused_add_takeaway, geometry_zh
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
 # width_sweep.json: RMSNorm at 43 hidden sizes 256..65536 (bench/exp_width_sweep.py);
-# fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py).
-OPTIONAL_DATA = ("width_sweep", "fused_add")
+# fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py);
+# fused_add_sweep.json: the fused add at width_sweep's 43 widths (bench/exp_fused_add_sweep.py);
+# compile.json: both modules eager vs torch.compile (bench/exp_compile.py).
+OPTIONAL_DATA = ("width_sweep", "fused_add", "fused_add_sweep", "compile")
 
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
