@@ -97,7 +97,7 @@ H200_FORWARD = (
     Rung(8192, 1, 4),
     Rung(ANY_WIDTH, 2048, 16, vector=False, chunks=(2048,)),  # 16383: no 16-byte loads
     Rung(9216, 1, 4),  # 8192 + 1024
-    Rung(10240, 1, 2),  # 8192 + 2048: 2 warps since the one kernel family (explore-widths-eb8e954-plain10k.json)
+    Rung(10240, 1, 2),  # 8192 + 2048 (explore-widths-eb8e954-plain10k.json)
     Rung(12288, 1, 4),  # 8192 + 4096
     Rung(MAX_COLS, 1, 8),
     Rung(ANY_WIDTH, 1, 16, chunks=(8192, 4096)),  # 20480 = 5 x 4096
