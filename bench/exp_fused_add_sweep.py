@@ -34,9 +34,10 @@ import torch
 
 import rmsnorm_triton
 from bench import ROOT
-from bench.harness import mode, record
+from bench.harness import mode, record, shapes
 from bench.harness.contenders import fused_add_contenders
-from bench.harness.op_timing import add_gbps, fused_add_inputs, large_copy, min_bytes, shape_entry, time_fused_add
+from bench.harness.op_timing import (add_gbps, fused_add_inputs, large_copy, min_bytes, shape_entry, sweep_widths,
+                                     time_fused_add)
 from bench.harness.shapes import BENCH_TOKENS, MODEL_WIDTHS, SWEEP_WIDTHS
 
 NAME = "fused_add_sweep"
@@ -65,14 +66,8 @@ PRECOMPILE_TIMEOUT_S = 240
 
 
 def selected_widths(quick: bool = False) -> list[int]:
-    """SWEEP_WIDTHS, or the comma-separated BENCH_WIDTHS (any positive widths: a subset to re-run)."""
-    wanted = os.environ.get("BENCH_WIDTHS")
-    if not wanted:
-        return list(QUICK_WIDTHS if quick else SWEEP_WIDTHS)
-    widths = [int(w) for w in wanted.split(",") if w.strip()]
-    if not widths or min(widths) < 1:
-        raise ValueError(f"BENCH_WIDTHS must list positive widths, got {wanted!r}")
-    return widths
+    """SWEEP_WIDTHS (QUICK_WIDTHS for --quick), or the widths BENCH_WIDTHS names."""
+    return shapes.selected_widths(QUICK_WIDTHS if quick else SWEEP_WIDTHS)
 
 
 def ours_configs(width: int, device) -> dict:
@@ -156,32 +151,25 @@ def run(args) -> dict:
     quick, on_gpu, _, device, _ = mode.gpu_or_quick(args, NAME, None, None)
     widths = selected_widths(quick)
     rows = QUICK_ROWS if quick else ROWS
-    began = time.perf_counter()
     results = {"shapes": [], "skipped": {}}
     if on_gpu:
         results["precompile"] = precompile(rows, widths)
     results["copy"] = large_copy(quick, device)
-    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for index, width in enumerate(widths):
-            start = time.perf_counter()
-            nbytes = min_bytes(rows, width, **BYTES)
-            n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
-            sets = fused_add_inputs(rows, width, DTYPE, device, n_sets, seed=100 * index)
-            entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, nbytes["fwd"], device,
-                                model=MODEL_WIDTHS.get(width), align=rmsnorm_triton.row_alignment(width, width),
-                                ours_configs=ours_configs(width, device))
-            for name, (fn, weight) in fused_add_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
-                                                           EPS).items():
-                time_fused_add(entry, name, fn, weight, sets, replays=REPLAYS)
-            add_gbps(entry)
-            entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
-            entry["wall_s"] = round(time.perf_counter() - start, 2)
-            results["shapes"].append(entry)
-            print(f"  H={width}: {entry['wall_s']:.1f} s (total {time.perf_counter() - began:.0f} s)"
-                  + "".join(f"; {n} failed" for n in entry["errors"]), flush=True)
-            sets.clear()
-            if on_gpu:
-                torch.cuda.empty_cache()
+
+    def measure(index, width):
+        nbytes = min_bytes(rows, width, **BYTES)
+        n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
+        sets = fused_add_inputs(rows, width, DTYPE, device, n_sets, seed=100 * index)
+        entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, nbytes["fwd"], device,
+                            model=MODEL_WIDTHS.get(width), align=rmsnorm_triton.row_alignment(width, width),
+                            ours_configs=ours_configs(width, device))
+        for name, (fn, weight) in fused_add_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
+                                                       EPS).items():
+            time_fused_add(entry, name, fn, weight, sets, replays=REPLAYS)
+        add_gbps(entry)
+        return entry
+
+    results["shapes"] = sweep_widths(widths, on_gpu, measure)
     config = {"dtype": "bfloat16", "eps": EPS, "rows": rows, "widths": widths, "contenders": CONTENDERS,
               "ours": OURS, "peers": PEERS, "baseline": BASELINE, "tie_rule": TIE_RULE,
               "targets": TARGETS, "target_from_width": TARGET_FROM,

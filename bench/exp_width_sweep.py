@@ -18,15 +18,14 @@ included; ``compiles``: the dynamo graphs built so far, two more per width).
 """
 from __future__ import annotations
 
-import os
-import time
 
 import torch
 
 import rmsnorm_triton
-from bench.harness import mode
+from bench.harness import mode, shapes
 from bench.harness.contenders import rmsnorm_contenders
-from bench.harness.op_timing import add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, time_contender
+from bench.harness.op_timing import (add_gbps, large_copy, min_bytes, rmsnorm_inputs, shape_entry, sweep_widths,
+                                     time_contender)
 from bench.harness.shapes import BENCH_TOKENS, MODEL_WIDTHS, SWEEP_WIDTHS
 
 NAME = "width_sweep"
@@ -49,14 +48,8 @@ REPLAYS = 15  # graph replays per timing (exp_rmsnorm: 25): the sweep's budget g
 
 
 def selected_widths(quick: bool = False) -> list[int]:
-    """SWEEP_WIDTHS, or the comma-separated BENCH_WIDTHS (any positive widths: a subset to re-run)."""
-    wanted = os.environ.get("BENCH_WIDTHS")
-    if not wanted:
-        return list(QUICK_WIDTHS if quick else SWEEP_WIDTHS)
-    widths = [int(w) for w in wanted.split(",") if w.strip()]
-    if not widths or min(widths) < 1:
-        raise ValueError(f"BENCH_WIDTHS must list positive widths, got {wanted!r}")
-    return widths
+    """SWEEP_WIDTHS (QUICK_WIDTHS for --quick), or the widths BENCH_WIDTHS names."""
+    return shapes.selected_widths(QUICK_WIDTHS if quick else SWEEP_WIDTHS)
 
 
 def run(args) -> dict:
@@ -64,28 +57,21 @@ def run(args) -> dict:
     widths = selected_widths(quick)
     rows = QUICK_ROWS if quick else ROWS
     results = {"copy": large_copy(quick, device), "shapes": [], "skipped": {}}
-    began = time.perf_counter()
-    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for index, width in enumerate(widths):
-            start = time.perf_counter()
-            nbytes = min_bytes(rows, width)
-            n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
-            sets = [rmsnorm_inputs(rows, width, "contiguous", DTYPE, device, seed=100 * index + k)
-                    for k in range(n_sets)]
-            entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, 2 * rows * width * 2, device,
-                                model=MODEL_WIDTHS.get(width))
-            for name, (fn, weight) in rmsnorm_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
-                                                         EPS).items():
-                time_contender(entry, name, fn, weight, sets, eager=False, replays=REPLAYS)
-            add_gbps(entry)
-            entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
-            entry["wall_s"] = round(time.perf_counter() - start, 2)
-            results["shapes"].append(entry)
-            print(f"  H={width}: {entry['wall_s']:.1f} s (total {time.perf_counter() - began:.0f} s)"
-                  + "".join(f"; {n} failed" for n in entry["errors"]), flush=True)
-            sets.clear()
-            if on_gpu:
-                torch.cuda.empty_cache()
+
+    def measure(index, width):
+        nbytes = min_bytes(rows, width)
+        n_sets = 1 if quick else mode.rotating_input_sets(nbytes["fwd_bwd"], device)
+        sets = [rmsnorm_inputs(rows, width, "contiguous", DTYPE, device, seed=100 * index + k)
+                for k in range(n_sets)]
+        entry = shape_entry(f"H={width}", rows, width, nbytes, n_sets, 2 * rows * width * 2, device,
+                            model=MODEL_WIDTHS.get(width))
+        for name, (fn, weight) in rmsnorm_contenders(CONTENDERS, width, DTYPE, device, results["skipped"],
+                                                     EPS).items():
+            time_contender(entry, name, fn, weight, sets, eager=False, replays=REPLAYS)
+        add_gbps(entry)
+        return entry
+
+    results["shapes"] = sweep_widths(widths, on_gpu, measure)
     config = {"dtype": "bfloat16", "eps": EPS, "rows": rows, "widths": widths, "contenders": CONTENDERS,
               "ours": OURS, "peers": PEERS, "tie_rule": TIE_RULE, "targets": TARGETS, "target_from_width": TARGET_FROM,
               "chunked_backward_above": CHUNKED_BACKWARD_ABOVE,

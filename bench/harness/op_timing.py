@@ -158,3 +158,23 @@ def time_fused_add(entry, name, fn, weight, sets, replays=25):
 
     time_phases(entry, name, forward, forward_backward, len(sets), replays=replays)
     assert _checksum(t for _, _, dy, ds in sets for t in (dy, ds)) == grads_before, f"{name} wrote into dy or ds"
+
+
+def sweep_widths(widths, on_gpu: bool, measure) -> list[dict]:
+    """One entry per width from ``measure(index, width)`` (its inputs are freed when it returns), with
+    the width's wall time and Dynamo's graph count added, a progress line each. A recompile-limit hit
+    raises instead of falling back to eager, so that a torch.compile contender is never timed as eager."""
+    began = time.perf_counter()
+    shapes = []
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for index, width in enumerate(widths):
+            start = time.perf_counter()
+            entry = measure(index, width)
+            entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
+            entry["wall_s"] = round(time.perf_counter() - start, 2)
+            shapes.append(entry)
+            print(f"  H={width}: {entry['wall_s']:.1f} s (total {time.perf_counter() - began:.0f} s)"
+                  + "".join(f"; {n} failed" for n in entry["errors"]), flush=True)
+            if on_gpu:
+                torch.cuda.empty_cache()
+    return shapes

@@ -1,4 +1,6 @@
 """The shapes the benchmarks time, named once: one training batch of Qwen3 and the RMSNorm inputs it makes."""
+import os
+
 from qwen3_configs import HEAD_DIM, KV_HEADS, QWEN3_SIZES
 
 # One training batch of the benchmarks: B=4 sequences of T=4096 tokens.
@@ -40,3 +42,14 @@ SWEEP_WIDTHS = sorted({
     300, 520, 1000, 1500, 2000, 3000, 5000, 6000, 7000, 10000, 12000, 16383,  # not multiples of 128
     24576, 32768, 65536,  # past MAX_COLS: one row no longer fits in registers
 })
+
+
+def selected_widths(default: list[int]) -> list[int]:
+    """The comma-separated BENCH_WIDTHS (any positive widths: a subset to re-run), else ``default``."""
+    wanted = os.environ.get("BENCH_WIDTHS")
+    if not wanted:
+        return list(default)
+    widths = [int(w) for w in wanted.split(",") if w.strip()]
+    if not widths or min(widths) < 1:
+        raise ValueError(f"BENCH_WIDTHS must list positive widths, got {wanted!r}")
+    return widths

@@ -5,7 +5,8 @@ import copy
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer, rows_caption
+from bench.report.ops import (bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, ours_vs_peers,
+                              rows_caption)
 
 NAME = "fused_add"
 OURS = "triton_fused_add"
@@ -46,16 +47,7 @@ def vs_peers(data, phase) -> list[dict]:
     data = current(data)
     cfg, res = config(data), data["results"]
     ceiling = copy_ceiling(res)["gbps"]
-    out = []
-    for s in res["shapes"]:
-        times = s[phase]
-        ours = times.get(cfg["ours"])
-        peers, best = fastest_peer(times, cfg["peers"])
-        out.append({"label": s["label"], "ours_us": ours["median_us"] if ours else None,
-                    "of_copy": ours["gbps"] / ceiling if ours else None, "peer": best,
-                    "peer_us": peers.get(best), "ratio": peers[best] / ours["median_us"] if ours and best else None,
-                    "ratios": {n: us / ours["median_us"] if ours else None for n, us in peers.items()}})
-    return out
+    return [{"label": s["label"]} | ours_vs_peers(s[phase], cfg, ceiling) for s in res["shapes"]]
 
 
 def _not_measured(data) -> str:

@@ -11,7 +11,7 @@ import math
 
 from bench.report import plots, prose, tables
 from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
-from bench.report.ops import copy_ceiling, fastest_peer, size
+from bench.report.ops import copy_ceiling, ours_vs_peers, size
 
 NAME = "fused_add_sweep"
 PHASE = "fwd_bwd"  # the phase of the table, the plot and the article: the one the targets are set for
@@ -57,15 +57,12 @@ def per_width(data, phase) -> list[dict]:
     top = ceiling(res)["gbps"]
     out = []
     for s in res["shapes"]:
-        times = s[phase]
-        ours = times.get(cfg["ours"])
-        peers, best = fastest_peer(times, cfg["peers"])
-        base = times.get(cfg["baseline"])
-        out.append({"width": s["width"], "label": _label(s["width"]),
-                    "ours_us": ours["median_us"] if ours else None,
-                    "of_copy": ours["gbps"] / top if ours else None,
-                    "baseline": base["median_us"] / ours["median_us"] if ours and base else None,
-                    "peer": best, "peer_ratio": peers[best] / ours["median_us"] if ours and best else None,
+        row = ours_vs_peers(s[phase], cfg, top)
+        base = s[phase].get(cfg["baseline"])
+        out.append({"width": s["width"], "label": _label(s["width"]), "ours_us": row["ours_us"],
+                    "of_copy": row["of_copy"],
+                    "baseline": base["median_us"] / row["ours_us"] if row["ours_us"] and base else None,
+                    "peer": row["peer"], "peer_ratio": row["ratio"],
                     "error": s["errors"].get(cfg["ours"]), "reasons": reasons(data, s, phase)})
     return out
 

@@ -82,6 +82,17 @@ def fastest_peer(times: dict, names) -> tuple[dict[str, float], str | None]:
     return peers, min(peers, key=peers.get) if peers else None
 
 
+def ours_vs_peers(times: dict, cfg: dict, ceiling_gbps: float) -> dict:
+    """One shape's comparison: ours' median µs and share of the copy ceiling, the fastest peer, its time ÷
+    ours' (``ratio``) and every peer's (``ratios``); None where ours or every peer is missing."""
+    ours = times.get(cfg["ours"])
+    peers, best = fastest_peer(times, cfg["peers"])
+    us = ours["median_us"] if ours else None
+    return {"ours_us": us, "of_copy": ours["gbps"] / ceiling_gbps if ours else None, "peer": best,
+            "peer_us": peers.get(best), "ratio": peers[best] / us if ours and best else None,
+            "ratios": {n: t / us if ours else None for n, t in peers.items()}}
+
+
 def at(labels) -> str:
     """'在 H=1024、k_norm 上' (no space after a full-width parenthesis)."""
     return f"在 {prose.glue(prose.join(labels), '上')}"

@@ -140,14 +140,18 @@ def _kernel_kind(name: str) -> str:
     return {"poi": "逐点", "red": "归约（分块循环）", "per": "归约（整行一次）"}.get(kind, "—")
 
 
-def _layer_kernels_table(data):
-    """The article's table: what each kernel does, its kind, how many graph nodes it fused."""
+def _labelled_kernels(data):
+    """(graph, what the kernel does, kernel) for each kernel of the layer, forward first."""
     kernels = data["results"]["layer_kernels"] or {}
     labels = kernel_labels(kernels)
-    rows = []
-    for graph in ("forward", "backward"):
-        for k, label in zip(kernels.get(graph, []), labels.get(graph, [])):
-            rows.append([GRAPHS[graph], label, _kernel_kind(k["name"]), len(k["source_nodes"]) or "—"])
+    return [(graph, label, k) for graph in ("forward", "backward")
+            for k, label in zip(kernels.get(graph, []), labels.get(graph, []))]
+
+
+def _layer_kernels_table(data):
+    """The article's table: what each kernel does, its kind, how many graph nodes it fused."""
+    rows = [[GRAPHS[graph], label, _kernel_kind(k["name"]), len(k["source_nodes"]) or "—"]
+            for graph, label, k in _labelled_kernels(data)]
     last = data["results"]["shapes"][-1]
     return tables.md_table(["图", "这个 kernel 做什么", "类型", "融合的图节点（个）"], rows, align="lllr") + prose.caption(
         f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
@@ -158,13 +162,8 @@ def _layer_kernels_table(data):
 
 def _kernel_nodes_table(data):
     """The methods page's table: each kernel's name and every graph node it fused."""
-    kernels = data["results"]["layer_kernels"] or {}
-    labels = kernel_labels(kernels)
-    rows = []
-    for graph in ("forward", "backward"):
-        for k, label in zip(kernels.get(graph, []), labels.get(graph, [])):
-            nodes = ", ".join(k["source_nodes"]) if k["source_nodes"] else "—"
-            rows.append([GRAPHS[graph], label, f"`{k['name']}`", nodes])
+    rows = [[GRAPHS[graph], label, f"`{k['name']}`", ", ".join(k["source_nodes"]) or "—"]
+            for graph, label, k in _labelled_kernels(data)]
     last = data["results"]["shapes"][-1]
     return tables.md_table(["图", "这个 kernel 做什么", "生成的 kernel", "融合的图节点"], rows, align="llll") + prose.caption(
         f"Inductor 为 B={last['batch']}、T={last['seq_len']} 的解码层生成的 kernel",
@@ -184,11 +183,8 @@ def _rmsnorm_code(data, graph):
 
 
 def render(data: dict) -> dict[str, str]:
-    return {
-        "p1_compile.md": _before_after_table(data),
-        "p1_compile_fwd.md": _forward_table(data),
-        "p1_compile_kernels.md": _layer_kernels_table(data),
-        "p1_compile_kernel_nodes.md": _kernel_nodes_table(data),
-        "p1_inductor_rmsnorm_fwd.txt": _rmsnorm_code(data, "forward"),
-        "p1_inductor_rmsnorm_bwd.txt": _rmsnorm_code(data, "backward"),
-    }
+    markdown = {"p1_compile.md": _before_after_table(data), "p1_compile_fwd.md": _forward_table(data),
+                "p1_compile_kernels.md": _layer_kernels_table(data),
+                "p1_compile_kernel_nodes.md": _kernel_nodes_table(data)}
+    return markdown | {f"p1_inductor_rmsnorm_{short}.txt": _rmsnorm_code(data, graph)
+                      for short, graph in (("fwd", "forward"), ("bwd", "backward"))}
