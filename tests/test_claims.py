@@ -55,8 +55,10 @@ def collected_ids(ids: set[str], session_ids: set[str]) -> set[str]:
     have = found(ids, session_ids)
     missing = ids - have
     if missing:
+        # collect whole files: one id that does not exist must not hide the others (pytest stops at it)
+        files = sorted({i.split("::")[0] for i in missing if (docs_tools.ROOT / i.split("::")[0]).exists()})
         result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                 *sorted(missing)], cwd=docs_tools.ROOT, capture_output=True, text=True)
+                                 *files], cwd=docs_tools.ROOT, capture_output=True, text=True)
         pool = {line.strip() for line in result.stdout.splitlines() if "::" in line}
         have |= found(missing, pool)
     return have
