@@ -61,11 +61,8 @@ def test_the_gpu_run_sweeps_width_sweeps_widths(monkeypatch):
 
     assert exp.selected_widths() == SWEEP_WIDTHS and len(SWEEP_WIDTHS) == 43
     assert exp.selected_widths(quick=True) == exp.QUICK_WIDTHS
-    monkeypatch.setenv("BENCH_WIDTHS", "1536, 14336")
+    monkeypatch.setenv("BENCH_WIDTHS", "1536,14336")  # the parsing: tests/bench/test_harness.py
     assert exp.selected_widths() == [1536, 14336]
-    monkeypatch.setenv("BENCH_WIDTHS", "0")
-    with pytest.raises(ValueError, match="positive"):
-        exp.selected_widths()
 
 
 def test_the_precompile_worker_refuses_what_it_cannot_do():

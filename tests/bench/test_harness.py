@@ -121,3 +121,15 @@ def test_gate_with_control_widens_by_the_controls_own_distance():
     assert gate["passed"] and lines[0].startswith("amp/triton: gate PASSED")
     gate, _ = gate_with_control(hf, [x * 1.006 for x in hf], hf, {}, "bf16/fused", lines.append)
     assert not gate["passed"] and lines[1].startswith("bf16/fused: gate FAILED")
+
+
+def test_bench_widths_names_any_positive_widths(monkeypatch):
+    """BENCH_WIDTHS replaces a sweep's widths (spaces allowed); a width below 1 is an error, never a silent skip."""
+    monkeypatch.delenv("BENCH_WIDTHS", raising=False)
+    assert shapes.selected_widths((256, 512)) == [256, 512]
+    monkeypatch.setenv("BENCH_WIDTHS", "256, 65536")
+    assert shapes.selected_widths((256, 512)) == [256, 65536]
+    for wrong in ("256,0", "0"):
+        monkeypatch.setenv("BENCH_WIDTHS", wrong)
+        with pytest.raises(ValueError, match="positive"):
+            shapes.selected_widths((256, 512))

@@ -6,7 +6,7 @@ non-blank line of those sections, collapsed (``???``) blocks included, since the
 are on the page too. Not counted: generated output (``docs/generated/`` includes,
 ``text`` fences), mermaid diagrams, tables and ``bash`` one-liners.
 
-    python tests/code_count.py docs/qwen3-fusion.md docs/triton-rmsnorm.md
+    python tests/tools/code_count.py docs/qwen3-fusion.md docs/triton-rmsnorm.md
 """
 from __future__ import annotations
 
@@ -48,20 +48,11 @@ def count_page(path: str | pathlib.Path) -> int:
 
 
 def report(path: str | pathlib.Path) -> str:
-    path = pathlib.Path(path).resolve()
-    key = path.relative_to(docs_tools.ROOT).as_posix()
-    limit = LIMITS.get(key)
-    return (f"{key}: {count_page(path)} lines of code shown "
-            f"({f'limit {limit}' if limit else 'no limit'})")
+    return docs_tools.limit_line(path, count_page, LIMITS, "lines of code shown")
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    for name in argv:
-        print(report(name))
-    return 0
+    return docs_tools.counter_main(argv, __doc__, report)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,25 @@ def built_site() -> pathlib.Path:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
         raise BuildFailed(f"mkdocs build --strict failed (last lines):\n{tail}")
     return site
+
+
+def limit_line(path, count_page, limits: dict, what: str) -> str:
+    """A page counter's report line, 'docs/x.md: N <what> (limit L)': the page by its path from the
+    repository root (as given when it lies elsewhere), its count, and its limit in ``limits``."""
+    path = pathlib.Path(path)
+    try:
+        key = path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        key = path.as_posix()
+    limit = limits.get(key)
+    return f"{key}: {count_page(path)} {what} ({f'limit {limit}' if limit else 'no limit'})"
+
+
+def counter_main(argv: list[str], usage: str, report) -> int:
+    """A page counter's command line: ``report(page)`` printed for each page named, else the usage (exit 2)."""
+    if not argv:
+        print(usage.strip(), file=sys.stderr)
+        return 2
+    for name in argv:
+        print(report(name))
+    return 0

@@ -14,6 +14,8 @@ import pathlib
 import re
 import sys
 
+import docs_tools
+
 # Upper bound of Han characters of prose per page, by path from the repository root.
 LIMITS = {
     "docs/qwen3-fusion.md": 2900,
@@ -65,23 +67,11 @@ def count_page(path: str | pathlib.Path) -> int:
 
 
 def report(path: str | pathlib.Path) -> str:
-    path = pathlib.Path(path)
-    root = pathlib.Path(__file__).resolve().parents[2]
-    try:
-        key = path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        key = path.as_posix()
-    limit = LIMITS.get(key)
-    return f"{key}: {count_page(path)} Han characters of prose ({f'limit {limit}' if limit else 'no limit'})"
+    return docs_tools.limit_line(path, count_page, LIMITS, "Han characters of prose")
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    for name in argv:
-        print(report(name))
-    return 0
+    return docs_tools.counter_main(argv, __doc__, report)
 
 
 if __name__ == "__main__":
