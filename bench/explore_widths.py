@@ -3,7 +3,7 @@ snippets/rmsnorm_config.py (not rendered; each run is committed as
 docs/data/<gpu>/explore-widths-<commit>.json).
 
     python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
-        [--liger-widths ...] [--cluster-widths ...] [--compile] [--budget-s S] [--quick]
+        [--liger-widths ...] [--cluster-widths ...] [--budget-s S] [--quick]
 
 16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
 
@@ -16,13 +16,14 @@ docs/data/<gpu>/explore-widths-<commit>.json).
   without prefetch for rows of 8192 lanes and more) at ``--widths``, with F.rms_norm
   and Liger next to them;
 * ``cluster``: the register forward over a whole wide row split across a thread-block
-  cluster (``num_ctas``), quack's approach, as far as Triton compiles it;
-* ``compile`` (``--compile``): both modules at 16384 x 4096, eager against
-  ``torch.compile(fullgraph=True)``, and the type Inductor gives ``eps``.
+  cluster (``num_ctas``), quack's approach, as far as Triton compiles it.
+
+Eager against ``torch.compile`` is bench/exp_compile.py's (``python -m bench.run_all
+compile``); explore-widths-be832ca.json holds that diagnostic's first run.
 
 All Triton configs are compiled first by worker processes (``warmup``: no launch), so
 the timing loop only loads them; ``--budget-s`` stops starting new widths.
-``--snippets DIR`` imports the kernels from DIR (an older tree, for ``--compile``).
+``--snippets DIR`` imports the kernels from DIR (an older tree, for an A/B).
 """
 from __future__ import annotations
 
@@ -271,70 +272,6 @@ def cluster_attempt(width, rows):
     return out
 
 
-def compile_timing(rows=ROWS, width=4096, modules=("plain", "fused")):
-    """Eager against torch.compile(fullgraph=True): both modules, forward+backward,
-    host overhead included (do_bench of eager autograd calls) and GPU time (graphs)."""
-    import rmsnorm_triton
-    from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
-    from rmsnorm_triton import TritonQwen3RMSNorm
-
-    results = {"kernels_from": rmsnorm_triton.__file__, "rows": rows, "width": width}
-    gen = torch.Generator(device=DEVICE).manual_seed(1)
-    x, r, dy, ds = (torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
-                    for _ in range(4))
-    for name, module, inputs, grads in (
-            ("plain", TritonQwen3RMSNorm(width), (x,), (dy,)),
-            ("fused", TritonQwen3FusedAddRMSNorm(width), (x, r), (dy, ds))):
-        if name not in modules:
-            continue
-        try:
-            results[name] = _compile_entry(module, inputs, grads)
-        except Exception as error:  # e.g. under the interpreter, which dynamo cannot trace
-            results[name] = {"error": repr(error)[:300]}
-        print(f"compile {name}: {results[name]}", flush=True)
-    return results
-
-
-def _kernel_time_us(step, calls=20):
-    """GPU time per call: the CUDA kernels' own time from the profiler (no graph capture,
-    which a first torch.compile in the process can invalidate)."""
-    step()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            step()
-        torch.cuda.synchronize()
-    return sum(event.self_device_time_total for event in prof.key_averages()) / calls
-
-
-def _compile_entry(module, inputs, grads):
-    """graph breaks, Inductor's type for eps, and eager / compiled times of one module."""
-    import torch._dynamo
-    from torch._inductor.utils import run_and_get_code
-
-    module = module.to(DEVICE, DTYPE)
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
-    torch._dynamo.reset()
-    compiled = torch.compile(module, fullgraph=True)
-    entry = {"graph_breaks": torch._dynamo.explain(module)(*leaves).graph_break_count}
-    _, codes = run_and_get_code(compiled, *leaves)
-    entry["eps_types"] = sorted(set(re.findall(r"'eps': '(\w+)'", "\n".join(codes))))
-    for mode, fn in (("eager", module), ("compiled", compiled)):
-        def step(fn=fn):
-            outputs = fn(*leaves)
-            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-            torch.autograd.grad(outputs, leaves + [module.weight], grads)
-        try:
-            entry[mode] = {"fwd_bwd_do_bench_us": timers.eager_time_us(step)["median_us"],
-                           "fwd_bwd_kernels_us": _kernel_time_us(step)}
-        except Exception as error:
-            entry[mode] = {"error": repr(error)[:300]}
-    entry["compiled_over_eager"] = {k: entry["compiled"][k] / entry["eager"][k]
-                                    for k in entry["eager"]
-                                    if k in entry["compiled"] and k != "error"}
-    return entry
-
-
 # ---------------------------------------------------------------- main
 
 def _widths(text):
@@ -348,9 +285,6 @@ def main():
     parser.add_argument("--widths", default="")
     parser.add_argument("--liger-widths", default="")
     parser.add_argument("--cluster-widths", default="")
-    parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--compile-only", action="store_true")
-    parser.add_argument("--modules", default="plain,fused", help="--compile's modules")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -376,10 +310,6 @@ def main():
     def save():  # after every width: a run cut short keeps what it measured
         record.save("explore_widths", payload, args.out, stem=stem)
 
-    if args.compile_only:
-        results["compile"] = compile_timing(rows, modules=args.modules.split(","))
-        save()
-        return
     fused_widths = (_widths(args.fused_widths) if args.fused_widths is not None
                     else QUICK_FUSED_WIDTHS if args.quick else list(SWEEP_WIDTHS))
     plain_widths, liger_widths = _widths(args.widths), set(_widths(args.liger_widths))
@@ -425,8 +355,6 @@ def main():
         results["cluster"] += cluster_attempt(width, rows)
         save()
         print(f"cluster {width}: {results['cluster'][-3:]}", flush=True)
-    if args.compile:
-        results["compile"] = compile_timing(rows, modules=args.modules.split(","))
     save()
 
 
