@@ -96,6 +96,13 @@ def cuda_graph_time_us(fns, min_calls: int = 12, replays: int = 25, on_gpu=None)
             "p80_us": times[(4 * len(times)) // 5], "calls_per_graph": calls}
 
 
+def device_activities(events, device_type) -> list:
+    """The profiler events that are work on the device (kernels, memsets, copies): not the GPU-side
+    ranges of user annotations, such as the ``ProfilerStep#N`` that a profiling schedule records
+    around each step, whose device time is that of every kernel inside it (counting it doubles the sum)."""
+    return [e for e in events if e.device_type == device_type and not e.is_user_annotation]
+
+
 def profiler_time_us(fns, calls: int = 10, on_gpu=None) -> dict:
     """GPU time per call from the torch profiler, for calls that are not captured in a CUDA graph
     (after a torch.compile in the process the first capture failed on the H200: PERF_LOG run 11).
@@ -103,8 +110,8 @@ def profiler_time_us(fns, calls: int = 10, on_gpu=None) -> dict:
     After two warm-up passes over ``fns``, ``calls`` profiling cycles each run one unrecorded call
     and one recorded call, cycling through ``fns`` (different buffers: the recorded call does not
     find its inputs in L2), with a synchronize after each. A sample is the sum of the durations of
-    the device activities the recorded call ran (kernels, memsets, copies). Median, 20/80 %
-    quantiles, min in µs, n, and the median number of device activities per call.
+    the device activities the recorded call ran (kernels, memsets, copies: ``device_activities``).
+    Median, 20/80 % quantiles, min in µs, n, and the median number of device activities per call.
     """
     if not (gpu_available() if on_gpu is None else on_gpu):
         return wall_time_us(fns[0])
@@ -117,7 +124,7 @@ def profiler_time_us(fns, calls: int = 10, on_gpu=None) -> dict:
     samples_us, activities = [], []
 
     def collect(prof):
-        device = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        device = device_activities(prof.events(), DeviceType.CUDA)
         samples_us.append(sum(e.self_device_time_total for e in device))
         activities.append(len(device))
 

@@ -8,8 +8,8 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from bench import exp_compile as exp
-from bench.harness import mode
-from bench.harness.timers import profiler_time_us
+from bench.harness import mode, timers
+from bench.harness.timers import device_activities, profiler_time_us
 from bench.report.names import TIE_RULES
 
 
@@ -72,6 +72,19 @@ def test_the_profiler_timer_falls_back_to_wall_time_without_a_gpu():
     assert stats["n"] == 3 and len(calls) == 4 and stats["median_us"] >= 0
 
 
+def test_a_profiled_step_counts_its_kernels_not_the_step_annotation():
+    """A profiling schedule records ``ProfilerStep#N`` on the device too, spanning the step's kernels:
+    summing it with them doubled compile.json's GPU times (found on the H200: 2 activities, one copy)."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    kernel = SimpleNamespace(name="rms_norm_fwd_kernel", device_type=DeviceType.CUDA, is_user_annotation=False)
+    step = SimpleNamespace(name="ProfilerStep#3", device_type=DeviceType.CUDA, is_user_annotation=True)
+    host = SimpleNamespace(name="aten::copy_", device_type=DeviceType.CPU, is_user_annotation=False)
+    assert device_activities([host, step, kernel], DeviceType.CUDA) == [kernel]
+
+
 @pytest.mark.gpu
 def test_the_profiler_timer_sums_one_calls_device_time():
     """One copy kernel per call: one device activity, a positive time, one sample per call."""
@@ -79,3 +92,5 @@ def test_the_profiler_timer_sums_one_calls_device_time():
     dst = torch.empty_like(src)
     stats = profiler_time_us([lambda: dst.copy_(src)], calls=4)
     assert stats["n"] == 4 and stats["median_us"] > 0 and stats["device_activities"] == 1
+    graph = timers.cuda_graph_time_us([lambda: dst.copy_(src)], min_calls=8, replays=6)
+    assert stats["median_us"] == pytest.approx(graph["median_us"], rel=0.25)  # not twice the copy
