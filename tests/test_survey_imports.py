@@ -4,6 +4,10 @@ Libraries that are not installed are skipped with the reason; flash-attn's
 absence is itself checked (transformers must refuse, not silently fall back).
 """
 import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -172,3 +176,12 @@ def test_liger_patch_builds_a_qwen3_of_liger_modules():
         for name, value in saved.items():
             setattr(modeling_qwen3, name, value)
         modeling_qwen3.Qwen3ForCausalLM.forward = saved_forward
+
+
+def test_importing_the_survey_imports_no_transformers():
+    """§2.4: Unsloth must be imported before transformers, so the file itself must not import it."""
+    code = "import sys, survey_imports; print('transformers' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(survey_imports.__file__).parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
