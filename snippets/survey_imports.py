@@ -16,7 +16,6 @@ import torch
 def qwen3_with_flash_attention(config):
     # pip install flash-attn --no-build-isolation   (Ampere/Ada/Hopper, fp16/bf16)
     from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_config(
         config, attn_implementation="flash_attention_2", dtype=torch.bfloat16)
 # --8<-- [end:flash_attn]
@@ -24,9 +23,8 @@ def qwen3_with_flash_attention(config):
 
 # --8<-- [start:liger]
 def qwen3_with_liger(config):
-    # Without model=, it rebinds names in transformers' modeling_qwen3 for the whole
-    # process, so call it before the model is built; a built model can be passed
-    # as model= instead (snippets/liger_qwen3_demo.py undoes the rebinding).
+    # Rebinds modeling_qwen3's names process-wide: call before building the model
+    # (or pass a built one as model=); snippets/liger_qwen3_demo.py undoes it.
     from liger_kernel.transformers import apply_liger_kernel_to_qwen3
     from transformers import AutoModelForCausalLM
 

@@ -54,8 +54,10 @@ def four_widths(quick_width_sweep):
     sweep["results"]["shapes"] = [dict(sweep["results"]["shapes"][0], width=w, label=f"H={w}",
                                        bytes_fwd=min_bytes(16, w)["fwd"]) for w in widths]
     ceiling = width_sweep.sweep_ceiling(sweep["results"])["gbps"]
-    at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.95}  # ours' share of the ceiling
-    peer = {256: 0.5 * 1.015, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.95}  # the peer's share
+    # ours' share of the ceiling, and the peer's; no share sits on a target (0.85, 0.95), where
+    # rounding in the run's ceiling would decide the miss
+    at_share = {256: 0.5, 1000: 0.9, 2048: 0.80, 3000: 0.96}
+    peer = {256: 0.5 * 1.015, 1000: 0.9 * 0.9, 2048: 0.8 * 1.25, 3000: 0.96}
 
     def us(share, w):
         return min_bytes(16, w)["fwd"] / (share * ceiling * 1e3)
