@@ -119,27 +119,29 @@ def article_sentence(data: dict) -> str:
 
 def step_sentence(data: dict) -> str:
     """How the patches change the step time of this small model, and why that says little: a step is
-    tens of ms for under a tenth of a TFLOP of matrix work per GPU (6 x parameters x tokens)."""
+    tens of ms for a fraction of a TFLOP of matrix work per GPU (6 x parameters x the GPU's tokens)."""
     data = current(data)
     cfg, results = config(data), data["results"]
     m = cfg["geometry"]
     hf = {v: max(results[v]["hf"]["median_step_ms"]) for v in cfg["variants"] if results[v]["hf"]["status"] == "ok"}
     if not hf:
         return ""
-    tokens = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
-    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in hf) * cfg["world_size"]
-    tflop = 6 * params * tokens / 1e12
+    tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
+    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in hf) * cfg["world_size"]  # the whole model
+    tflop_per_gpu = 6 * params * tokens_per_gpu / 1e12
     parts = []
     for v, hf_ms in hf.items():
         arms = [(TRAINING_LABELS[a], max(results[v][a]["median_step_ms"])) for a in cfg["gated"]
                 if results[v][a]["status"] == "ok"]
-        slower = [ms for _, ms in arms if ms > hf_ms * (1 + TIE_RULES["within_2pct"].within)]
+        within = TIE_RULES["within_2pct"].within
+        slower = [ms for _, ms in arms if ms > hf_ms * (1 + within)]
+        faster = [ms for _, ms in arms if ms < hf_ms * (1 - within)]
         verdict = ("都比 HF 慢" if len(slower) == len(arms) else "与 HF 互有快慢" if slower
-                   else f"与 HF 持平（相差不到 {prose.pct(TIE_RULES['within_2pct'].within)}）")
+                   else "不比 HF 慢" if faster else f"与 HF 持平（相差不到 {prose.pct(within)}）")
         parts.append(f"{prose.glue(precision_zh(v), '下')}补丁{verdict}（"
                      + "、".join(f"{tables.fmt(ms, 3)}" for _, ms in arms) + f" ms 对 {tables.fmt(hf_ms, 3)} ms）")
     return (f"这个模型只有 {m['num_hidden_layers']} 层、hidden {m['hidden_size']}，每卡每步的矩阵运算约 "
-            f"{tflop / cfg['world_size']:.2g} TFLOP，一步却要几十毫秒，时间几乎都不在矩阵运算上："
+            f"{tflop_per_gpu:.2g} TFLOP，一步却要几十毫秒，时间几乎都不在矩阵运算上："
             + "；".join(parts) + "，所以这里的 step 时间说明不了 kernel 的快慢")
 
 

@@ -63,3 +63,20 @@ def test_a_file_from_before_the_word_contender_is_read_in_todays_words():
     assert report_fsdp2.current(current) is current
     assert report_fsdp2.render(old) == report_fsdp2.render(current)
     assert "融合残差加 + RMSNorm" in report_fsdp2.render(old)["fsdp2.md"]
+
+
+def test_step_sentence_counts_each_gpus_work_once_and_says_which_way():
+    """6 x parameters x tokens with the tokens of one GPU is already one GPU's work (it was divided by the
+    GPU count a second time); an arm more than 2 % faster than HF is "不比 HF 慢", not "持平"."""
+    data = report_fsdp2.current(store.load("fsdp2"))
+    cfg, results = report_fsdp2.config(data), data["results"]
+    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in cfg["variants"]) * cfg["world_size"]
+    per_gpu = 6 * params * (cfg["batch"] // cfg["world_size"] * cfg["seq_len"]) / 1e12
+    assert f"每卡每步的矩阵运算约 {per_gpu:.2g} TFLOP" in report_fsdp2.step_sentence(data)
+    hf = max(results["bf16"]["hf"]["median_step_ms"])
+    first, second = cfg["gated"]
+    results["bf16"][first]["median_step_ms"] = [hf * 0.95] * 2
+    results["bf16"][second]["median_step_ms"] = [hf] * 2
+    assert "bf16 权重下补丁不比 HF 慢" in report_fsdp2.step_sentence(data)
+    results["bf16"][first]["median_step_ms"] = [hf * 1.01] * 2
+    assert "bf16 权重下补丁与 HF 持平（相差不到 2%）" in report_fsdp2.step_sentence(data)
