@@ -200,3 +200,28 @@ def test_widths_off_sixteen_use_vector_loads(width):  # pragma: gpu only
     ptx_1 = rt.rms_norm_fwd_kernel[(triton.cdiv(64, config.block_rows),)](
         **without_hint, **config.constexprs(), num_warps=config.num_warps).asm["ptx"]
     assert ptx.count("ld.global.v4") > ptx_1.count("ld.global.v4")  # the hint buys them
+
+
+def test_a_backward_without_double_backward_drops_its_term_silently():
+    """篇2 §5.6: a Function whose backward is a kernel (untracked math, here under no_grad) gives a
+    second derivative without its own term. Mixed with a differentiable term it is silently wrong;
+    alone, autograd refuses (the grad does not require grad). Hence the production Function raises."""
+    class SquareByKernel(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            with torch.no_grad():  # what a Triton kernel's output looks like to autograd
+                return 2 * x * grad
+
+    x = torch.tensor(3.0, requires_grad=True)
+    (first,) = torch.autograd.grad(SquareByKernel.apply(x) + x * x, x, create_graph=True)
+    (second,) = torch.autograd.grad(first, x)
+    assert first.item() == 12.0 and second.item() == 2.0  # the true d2/dx2 of 2x^2 is 4: no error raised
+    (alone,) = torch.autograd.grad(SquareByKernel.apply(x), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(alone, x)

@@ -97,9 +97,12 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
                       f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
                       f"（只取 {step['config']['geometry']['num_hidden_layers']} 层，lm_head 与交叉熵的份额偏大，它的收益也随之偏大）。")
     fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
+    level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
+    fwd_vs_peer = (f"与最快的对手持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
+                   else f"与最快的对手持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
+                   else rmsnorm.compare(rms, fwd))
     text = (f"不编译时，手写的价值在 backward：forward 达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
-            f"与最快的对手{'互有快慢' if any(r['ratio'] < 1 for r in fwd) and any(r['ratio'] > 1 for r in fwd) else '相当'}；"
-            f"forward + backward ")
+            f"{fwd_vs_peer}；forward + backward ")
     if all(r["ratio"] > 1 for r in both):
         text += (f"在全部 {len(both)} 个形状上最快，最快的对手用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
     else:
@@ -131,7 +134,7 @@ SURVEY = [
     ("FlashAttention / sdpa", "注意力：分块计算，online softmax，分数矩阵不落显存",
      "flash-attn 要 Ampere 或更新的 GPU、fp16/bf16；sdpa 自己挑后端", None),
     ("Liger Kernel", "RMSNorm、RoPE、SwiGLU、fused linear cross-entropy",
-     "补丁改写进程里的类，须在建模型之前；`in_place=True` 改写 dY；Qwen3 补丁不用它的融合加法", "liger"),
+     "补丁改写进程里的类，须在建模型之前（或经 `model=` 传入建好的模型）；`in_place=True` 改写 dY；Qwen3 补丁不用它的融合加法", "liger"),
     ("quack", "RMSNorm（可带残差）forward + backward，CuTe-DSL",
      "依赖 nvidia-cutlass-dsl（CUTLASS 的 Python DSL）", "quack"),
     ("Unsloth", "LoRA / QLoRA 的整套 kernel 与手动 backward", "须在 transformers 之前 import", None),

@@ -94,6 +94,10 @@ def test_keypoints_say_what_the_data_says(artifacts, data):
     peers = [min(v["median_us"] for n, v in s["fwd_bwd"].items() if n not in ("triton", "naive", "hf"))
              / s["fwd_bwd"]["triton"]["median_us"] for s in rms["results"]["shapes"]]
     assert all(p > 1 for p in peers) and f"{min(peers):.2f}–{max(peers):.2f} 倍" in bullets[2]
+    fwd_peers = [min(v["median_us"] for n, v in s["fwd"].items() if n not in ("triton", "naive", "hf"))
+                 / s["fwd"]["triton"]["median_us"] for s in rms["results"]["shapes"]]
+    if max(fwd_peers) <= 1.02 and min(fwd_peers) < 0.98:  # level or behind: how far behind, at most
+        assert f"与最快的对手持平或最多慢 {100 * max(1 / r - 1 for r in fwd_peers):.0f}%" in bullets[2]
     assert f"HF eager 的 {speed['triton']:.2f}×" in bullets[2] and f"F.rms_norm {speed['torch_rmsnorm']:.2f}×" in bullets[2]
 
     fwd_only = speed["triton_fwd"]
