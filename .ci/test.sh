@@ -7,7 +7,8 @@
 #      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
 #      browser check (headless Debian chromium; screenshots in artifacts/screenshots/);
 #      before it (CPU, whole suite only) the Qwen3 patch tests once more against the
-#      newest tested transformers (requirements-transformers-newest.txt)
+#      newest tested transformers (requirements-transformers-newest.txt); on CPU the suite runs
+#      on every core (pytest-xdist, PYTEST_WORKERS=N to choose; the GPU suite uses one process)
 #
 #   ./.ci/test.sh            CPU: kernels run under the Triton interpreter
 #   ./.ci/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
@@ -75,12 +76,14 @@ if [[ $MODE == gpu ]]; then
   grep -vE '^(torch|triton)==|^-r ' requirements-test.txt > "$VENV/requirements-gpu.txt"
   "$PY" -m pip install --quiet -r requirements-docs.txt -r "$VENV/requirements-gpu.txt"
   PYTEST_SELECT=(-m "not browser")
+  WORKERS=${PYTEST_WORKERS:-0}  # one process: the tests share one GPU
 else
   find_browser
   [[ -x "$PY" ]] || "$PYTHON" -m venv "$VENV"
   # shellcheck disable=SC2046  # the index arguments are words on purpose
   "$PY" -m pip install --quiet $(torch_cpu_index_args) -r requirements-test.txt
   PYTEST_SELECT=()
+  WORKERS=${PYTEST_WORKERS:-auto}  # one pytest-xdist worker per core
 fi
 "$PY" -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, cuda: {torch.cuda.is_available()}")'
 
@@ -114,8 +117,10 @@ fi
 
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
 status=0
-"$PY" -m pytest -p no:cacheprovider --cov=snippets --cov-report=term-missing:skip-covered \
-  "${COV_APPEND[@]}" "${PYTEST_SELECT[@]}" "$@" || status=$?
+# Tests that share a costly fixture (the --quick experiment runs, the site build, a module's
+# fixtures) carry an xdist_group mark (tests/conftest.py) and stay on one worker.
+"$PY" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup --cov=snippets \
+  --cov-report=term-missing:skip-covered "${COV_APPEND[@]}" "${PYTEST_SELECT[@]}" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   echo "pytest collected no tests (exit 5): the suite itself is broken" >&2
   failed+=("pytest: no tests collected")

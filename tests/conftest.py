@@ -7,6 +7,7 @@ pyproject.toml's ``pythonpath`` puts ``snippets/``, the repository root and ``te
 on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per report.
 """
 import os
+import pathlib
 import sys
 
 if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
@@ -38,8 +39,33 @@ def on_gpu() -> bool:
     return ON_GPU
 
 
+TESTS = pathlib.Path(__file__).resolve().parent
+# Files of many independent cases that share no costly fixture: their tests go to any worker.
+SPLIT_FREELY = {"test_rmsnorm_triton.py", "test_rmsnorm_fused_add.py"}
+
+
+def xdist_group(path: pathlib.Path) -> str | None:
+    """The worker group of a test file under ``pytest -n N --dist loadgroup`` (.ci/test.sh): tests that
+    share a costly session or module fixture stay on one worker, so that it is built once.
+
+    tests/bench/ shares the experiments' --quick runs (tests/bench/conftest.py); the browser and reader
+    checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split.
+    """
+    rel = path.resolve().relative_to(TESTS)
+    if rel.parts[0] == "bench":
+        return "bench"
+    if rel.name in ("test_browser.py", "test_docs_reader.py"):
+        return "site"
+    if rel.name in SPLIT_FREELY:
+        return None
+    return rel.as_posix()
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; CPU runs use the Triton interpreter")
     for item in items:
         if "gpu" in item.keywords and not ON_GPU:
             item.add_marker(skip_gpu)
+        group = xdist_group(pathlib.Path(str(item.fspath)))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
