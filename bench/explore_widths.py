@@ -3,7 +3,7 @@ snippets/rmsnorm_config.py (not rendered; each run is committed as
 docs/data/<gpu>/explore-widths-<commit>.json).
 
     python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
-        [--liger-widths ...] [--cluster-widths ...] [--budget-s S] [--quick]
+        [--liger-widths ...] [--cluster-widths ...] [--persistent-widths ...] [--budget-s S] [--quick]
 
 16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
 
@@ -16,7 +16,9 @@ docs/data/<gpu>/explore-widths-<commit>.json).
   without prefetch for rows of 8192 lanes and more) at ``--widths``, with F.rms_norm
   and Liger next to them;
 * ``cluster``: the register forward over a whole wide row split across a thread-block
-  cluster (``num_ctas``), quack's approach, as far as Triton compiles it.
+  cluster (``num_ctas``), quack's approach, as far as Triton compiles it;
+* ``persistent`` (``--persistent-widths``): the shipped chunked forward against the same
+  chunks on a persistent grid (SMs x 1..8 programs), which bounds the rows in flight.
 
 Eager against ``torch.compile`` is bench/exp_compile.py's (``python -m bench.run_all
 compile``); explore-widths-be832ca.json holds that diagnostic's first run.
@@ -247,6 +249,85 @@ def explore_plain(width, rows, quick, with_peers):
     return entry
 
 
+@functools.lru_cache(maxsize=None)
+def _persistent_forward_kernel():
+    """The chunked forward on a persistent grid: each program walks row blocks program,
+    program + grid, ..., so at most grid x BLOCK_ROWS rows are between their two passes."""
+    import triton
+    import triton.language as tl
+
+    global _rt  # a jitted function finds its helpers among the module's globals
+    _rt, _ = _kernels()
+
+    @triton.jit
+    def fwd_chunked_persistent(
+        X, W, Y, RSTD, R, S, n_rows, n_cols, eps, eps_low, size1, size2,
+        x_stride0, x_stride1, x_stride2, tiles_per_program,
+        BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+        ALIGN: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    ):
+        n_cols = n_cols // ALIGN * ALIGN
+        n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
+        for tile in range(tiles_per_program):
+            rows = ((tl.program_id(0) + tile * tl.num_programs(0)) * BLOCK_ROWS
+                    + tl.arange(0, BLOCK_ROWS))
+            row_mask = rows < n_rows
+            x_offsets = _rt._row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2,
+                                        ALIGN)
+            squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+            for chunk in range(n_chunks):
+                cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+                x = _rt._load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+                squares += x * x
+            rstd = _rt._inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
+            for chunk in range(n_chunks):
+                cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+                x = _rt._load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+                w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+                _rt._normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
+                                    False)
+            tl.store(RSTD + rows, rstd, mask=row_mask)
+
+    return fwd_chunked_persistent
+
+
+def persistent_attempt(width, rows, quick):
+    """The shipped chunked forward (one program per row block) against the same chunks on a
+    persistent grid of SMs x P programs (P = 1 .. 8; 8 to 32 warps): does bounding the rows in
+    flight, so that the second pass finds them in L2, make wide rows faster?"""
+    import triton
+
+    rt, _ = _kernels()
+    kernel = _persistent_forward_kernel()
+    sets = 1 if quick else 4
+    weight = (torch.rand(width, device=DEVICE) + 0.5).to(DTYPE)
+    prepared = [rt.forward_arguments(torch.randn(rows, width, device=DEVICE).to(DTYPE), weight, EPS)
+                for _ in range(sets)]
+    config = rt.forward_config(width, DEVICE)
+    if not (quick or config.chunked):
+        raise ValueError(f"rows of {width} take the register forward ({config}): no chunks to compare")
+    entry = {"width": width, "shipped": _fields(config)}
+    entry["shipped"]["us"] = _time([lambda a=a: rt.launch_forward(a, config) for _, _, a in prepared])
+    expected = prepared[0][0].clone()
+    blocks = triton.cdiv(rows, config.block_rows)
+    sms = rt.sm_count(torch.device(DEVICE))
+    entry["persistent"] = []
+    for per_sm in ((1,) if quick else (1, 2, 3, 4, 6, 8)):
+        for warps in ((config.num_warps,) if quick else sorted({config.num_warps, 8, 16, 32})):
+            grid = min(blocks, sms * per_sm)
+            fields = {"programs_per_sm": per_sm, "num_warps": warps, "grid": grid}
+
+            def launch(args, grid=grid, warps=warps):
+                kernel[(grid,)](**args, tiles_per_program=triton.cdiv(blocks, grid),
+                                BLOCK_ROWS=config.block_rows, BLOCK_COLS=config.block_cols,
+                                num_warps=warps)
+            prepared[0][0].zero_()
+            launch(prepared[0][2])
+            fields["y_matches_shipped"] = bool(torch.equal(prepared[0][0], expected))
+            entry["persistent"].append(_timed(fields, [lambda a=a: launch(a) for _, _, a in prepared]))
+    return entry
+
+
 def cluster_attempt(width, rows):
     """quack's way for wide rows: one row in registers across a cluster of num_ctas
     thread blocks. Records the compile error where Triton cannot build it."""
@@ -285,6 +366,7 @@ def main():
     parser.add_argument("--widths", default="")
     parser.add_argument("--liger-widths", default="")
     parser.add_argument("--cluster-widths", default="")
+    parser.add_argument("--persistent-widths", default="")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -303,7 +385,7 @@ def main():
                           "timer": "median GPU time per call from CUDA-graph replays (8 calls "
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
-               "results": {"fused": [], "plain": [], "cluster": []}}
+               "results": {"fused": [], "plain": [], "cluster": [], "persistent": []}}
     results = payload["results"]
     stem = STEM + (f"-{args.tag}" if args.tag else "")
 
@@ -351,6 +433,13 @@ def main():
         save()
         print(f"plain {width}: best {_best(entry['fwd'])} / {_best(entry['bwd'])} "
               f"peers {entry.get('peers')}", flush=True)
+    for width in _widths(args.persistent_widths):
+        entry = persistent_attempt(width, rows, args.quick)
+        results["persistent"].append(entry)
+        save()
+        best = _best(entry["persistent"])
+        print(f"persistent {width}: shipped {entry['shipped']['us']:.1f} us, best persistent {best}",
+              flush=True)
     for width in _widths(args.cluster_widths):
         results["cluster"] += cluster_attempt(width, rows)
         save()
