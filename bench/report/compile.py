@@ -2,7 +2,8 @@
 
 Per case (module × shape) and phase: eager's GPU time and its share of the copy ceiling, compiled ÷ eager
 of the GPU time (the profiler's device time per call) and of the host-inclusive time (do_bench of eager
-calls), and the graph breaks; the run's tie rule says what counts as level.
+calls), how far the host-inclusive time sits above the GPU time and how wide it spreads, and the graph
+breaks; the run's tie rule says what counts as level.
 """
 from __future__ import annotations
 
@@ -97,6 +98,30 @@ def _host_words(data) -> str:
     return "含主机开销（do_bench 计时的 eager 调用）的比值为 " + "，".join(parts) if parts else ""
 
 
+def _host_bound_words(data) -> str:
+    """Why the host-inclusive ratio says little: per (case, mode, phase) with both timers, the host-inclusive
+    median ÷ the GPU-time median (above 1: the host's work outlasts the device's), and the widest host-inclusive
+    p20–p80 range as a share of its median, next to the GPU time's widest."""
+    over, spread = [], {"host": [], "gpu": []}
+    for case in data["results"]["cases"]:
+        for mode in data["config"]["modes"]:
+            for phase in data["config"]["phases"]:
+                times = case.get(mode, {}).get(phase, {})
+                if times.get("host") and (times.get("gpu") or {}).get("median_us"):
+                    over.append(times["host"]["median_us"] / times["gpu"]["median_us"])
+                for timer in spread:
+                    t = times.get(timer) or {}
+                    if {"p20_us", "p80_us"} <= set(t) and t.get("median_us"):
+                        spread[timer].append((t["p80_us"] - t["p20_us"]) / t["median_us"])
+    if not over:
+        return ""
+    text = f"含主机开销的用时是同组 GPU 时间的 {prose.times_span(over, 2)} 倍"
+    if spread["host"] and spread["gpu"]:
+        text += (f"，p20–p80 区间最宽为中位数的 {prose.pct(max(spread['host']))}"
+                 f"（GPU 时间不超过 {prose.pct(max(spread['gpu']))}）")
+    return text
+
+
 def _missing(data) -> str:
     missing = [c for c in data["results"]["cases"] if "compiled" not in c]
     if not missing:
@@ -105,7 +130,8 @@ def _missing(data) -> str:
 
 
 def takeaway(data) -> str:
-    parts = [p for p in (_gpu_words(data), _host_words(data), _breaks_words(data), _missing(data)) if p]
+    parts = [p for p in (_gpu_words(data), _host_words(data), _host_bound_words(data), _breaks_words(data),
+                         _missing(data)) if p]
     return "torch.compile(fullgraph=True) 对 eager：" + "；".join(parts) + "。"
 
 
@@ -143,9 +169,10 @@ def _table(data) -> str:
 
 def sentence(data) -> str:
     """The article's sentence: graph breaks, whether compiled is within the tie of eager in GPU time,
-    and the host-inclusive ratio."""
+    the host-inclusive ratio and how far the host-inclusive time is from the GPU time."""
     cases = prose.join(case_label(c) for c in data["results"]["cases"])
-    parts = [p for p in (_breaks_words(data), _gpu_words(data), _host_words(data), _missing(data)) if p]
+    parts = [p for p in (_breaks_words(data), _gpu_words(data), _host_words(data), _host_bound_words(data),
+                         _missing(data)) if p]
     return f"用 torch.compile(fullgraph=True) 编译我们的两个模块，在 {cases} 上：" + "；".join(parts) + "。\n"
 
 

@@ -5,7 +5,7 @@ import copy
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, ours_vs_peers,
+from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, ours_vs_peers,
                               rows_caption)
 
 NAME = "fused_add"
@@ -65,7 +65,32 @@ def _takeaway(data, phase, rows) -> str:
     unfused = [r["ratios"][baseline] for r in mine if r["ratios"].get(baseline)]
     if unfused:
         text += f"；不融合（生产版 RMSNorm + torch 加法）用时是融合版的 {prose.times_span(unfused)} 倍"
-    return text + "。"
+    liger = _liger_vs_unfused(data, mine) if phase == "fwd_bwd" else ""
+    return text + (f"；{liger}" if liger else "") + "。"
+
+
+def _liger_vs_unfused(data, rows) -> str:
+    """Liger's fused add + RMSNorm against no fusion (the article's caveat on reaching for it): where it is
+    slower, level or faster, against the run's tie rule; empty when either side is missing."""
+    baseline, within = config(data)["baseline"], tie(config(data))
+    # Liger's time ÷ no fusion's, from the two ratios to ours
+    pairs = [(r["label"], r["ratios"]["liger"] / r["ratios"][baseline]) for r in rows
+             if r["ratios"].get("liger") and r["ratios"].get(baseline)]
+    if not pairs:
+        return ""
+    slower = [(label, v) for label, v in pairs if v >= 1 + within]
+    tied = [label for label, v in pairs if 1 - within < v < 1 + within]
+    faster = [(label, v) for label, v in pairs if v <= 1 - within]
+    clauses = []
+    if slower:
+        clauses.append(f"{at(label for label, _ in slower)}慢于不融合（用时是不融合的 "
+                       f"{prose.times_span(v for _, v in slower)} 倍）")
+    if tied:
+        clauses.append(f"{at(tied)}与不融合持平（相差不到 {prose.pct(within)}）")
+    if faster:
+        clauses.append(f"{at(label for label, _ in faster)}快于不融合（用时是不融合的 "
+                       f"{prose.times_span(v for _, v in faster)} 倍）")
+    return f"{OP_LABELS['liger']} 的融合实现" + "，".join(clauses)
 
 
 def _caption(data, phase) -> str:

@@ -89,3 +89,14 @@ def test_the_graph_breaks_are_read_from_the_record(quick_compile, breaks, words)
     for case in data["results"]["cases"]:
         case["graph_breaks"] = breaks
     assert words in report.render(data)["compile_sentence.md"]
+
+
+def test_the_host_inclusive_time_is_set_against_the_gpu_time_of_the_committed_run():
+    """The words that say why the host-inclusive ratio says little: host ÷ GPU per group, from the data."""
+    from bench import store
+
+    data = store.load("compile")
+    over = [case[mode][phase]["host"]["median_us"] / case[mode][phase]["gpu"]["median_us"]
+            for case in data["results"]["cases"] for mode in ("eager", "compiled") for phase in ("fwd", "fwd_bwd")]
+    words = f"含主机开销的用时是同组 GPU 时间的 {min(over):.2f}–{max(over):.2f} 倍"
+    assert words in report.sentence(data) and words in report.takeaway(data)

@@ -57,3 +57,14 @@ def test_a_file_that_calls_the_fused_kernel_triton_is_read_under_its_own_id():
     assert fused_add.current(current) is current  # a file in today's words is read as it is
     assert fused_add.render(old) == fused_add.render(current)
     assert "融合版" in fused_add.render(old)["fused_add_fwd.md"]
+
+
+def test_liger_against_no_fusion_follows_the_committed_data():
+    """番外 §七's caveat: where Liger's fused add + RMSNorm is slower than no fusion, from the times."""
+    data = store.load("fused_add")
+    text = fused_add.render(data)["fused_add_fwdbwd.md"]
+    ratios = {s["label"]: s["fwd_bwd"]["liger"]["median_us"] / s["fwd_bwd"]["unfused"]["median_us"]
+              for s in data["results"]["shapes"]}
+    slower = [label for label, v in ratios.items() if v >= 1.02]
+    assert f"Liger 的融合实现在 {'、'.join(slower)} 上慢于不融合" in text
+    assert f"{min(ratios[label] for label in slower):.2f}–{max(ratios[label] for label in slower):.2f} 倍" in text
