@@ -232,7 +232,8 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
     """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
     passes = fused_add.passes(fused)
     f, u = passes["fused"], passes["unfused"]
-    points = ["已经在用 torch.compile 就不必手写：Inductor 会自己把注意力之后的残差加法和 norm 融在一起（篇 1 §六）。",
+    points = ["已经在用 torch.compile 就不必手写：Inductor 会自己把注意力之后的残差加法和 norm 融在一起（篇 1 §六）；"
+              "按层编译时，MLP 之后那次跨层的加法仍单独成 kernel，但它在一步里的分量很小（见最后一条）。",
               f"不编译时，融合能少搬数据：每个“残差加 → RMSNorm”合成一个 kernel，forward 读写整张量从 {u['fwd']} 遍"
               f"降到 {f['fwd']} 遍，backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
     points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
