@@ -8,8 +8,8 @@ NAME = "p1_roofline"
 
 
 BOUND_ZH = {True: "访存", False: "计算"}
-# Forms of a fusion point whose FLOPs count other work than the point's own (the whole of sdpa, GEMMs
-# included, next to the softmax's element-wise FLOPs): never divided into the point's eager time.
+# Forms of a fusion point whose FLOPs count other work than the point's own (the whole of sdpa: both GEMMs'
+# FLOPs plus the softmax's, next to the softmax-only element-wise FLOPs): never divided into the point's eager time.
 OTHER_FLOPS = ("flash",)
 
 
@@ -87,13 +87,13 @@ def _measured_table(data):
             memory_bound = p[contender]["intensity"] < ridge
             rows.append([_point(p["name"]) if contender == "eager" else "", _label(p["name"], contender),
                          tables.fmt(stats["median_us"]), speedup,
-                         tables.fmt(stats["tflops"]) + ("（按矩阵乘的 FLOP）" if other_flops else ""),
+                         tables.fmt(stats["tflops"]) + ("（矩阵乘加 softmax 的 FLOP）" if other_flops else ""),
                          f"{stats['gbps']:,.0f}（{100 * stats['gbps'] / copy:.0f}%）" if memory_bound else "—"])
     headers = ["融合点", "实现", "耗时（µs）", "相对 eager", "TFLOP/s", "带宽（GB/s，占拷贝上限）"]
     whole = [p for p in data["results"]["points"] if any(c in p.get("measured", {}) for c in OTHER_FLOPS)]
     note = (prose.glue(prose.join(_point(p["name"]) for p in whole), "一组里，sdpa 一行是整个注意力（QKᵀ、softmax、乘 V），")
             +
-            "TFLOP/s 按两个矩阵乘的 FLOP 计；同组其余各行只是 scale、mask、softmax 与类型转换这一段，按逐元素 FLOP 计，"
+            "TFLOP/s 按两个矩阵乘与 softmax 的 FLOP 合计；同组其余各行只是 scale、mask、softmax 与类型转换这一段，按逐元素 FLOP 计，"
             "两种口径不能相除，所以它不列相对 eager；roofline 图上它是灰色星号" if whole else "")
     return tables.md_table(headers, rows, align="llrrrr") + _caption(
         data, "带宽按该实现自己读写的字节计，计算受限的行不列", note)

@@ -42,7 +42,7 @@ def test_the_whole_attention_is_labelled_not_compared():
     row = next(line for line in out["p1_roofline_measured.md"].splitlines() if line.startswith("|  | sdpa"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == FUSION_LABELS["flash"] and "整个注意力" in cells[1]
-    assert cells[3] == "—" and cells[4] == f"{fmt(flash['tflops'])}（按矩阵乘的 FLOP）"
+    assert cells[3] == "—" and cells[4] == f"{fmt(flash['tflops'])}（矩阵乘加 softmax 的 FLOP）"
     ratio = fmt(point["measured"]["eager"]["median_us"] / flash["median_us"])
     assert f"{ratio}×" not in out["p1_roofline_measured.md"]
     assert "两种口径不能相除" in out["p1_roofline_measured.md"].splitlines()[-1]
