@@ -118,8 +118,8 @@ fi
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
 status=0
 # Tests that share a costly fixture (the --quick experiment runs, the site build, a module's
-# fixtures) carry an xdist_group mark (tests/conftest.py) and stay on one worker.
-"$PY" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup --cov=snippets \
+# fixtures) stay on one worker: tests/conftest.py's worker_group, through xdist's scheduler hook.
+"$PY" -m pytest -p no:cacheprovider -n "$WORKERS" --cov=snippets \
   --cov-report=term-missing:skip-covered "${COV_APPEND[@]}" "${PYTEST_SELECT[@]}" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
   echo "pytest collected no tests (exit 5): the suite itself is broken" >&2

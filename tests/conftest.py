@@ -6,6 +6,7 @@ Tests import the snippet modules, ``bench`` and the tools of tests/tools/ at top
 pyproject.toml's ``pythonpath`` puts ``snippets/``, the repository root and ``tests/tools/``
 on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per report.
 """
+import importlib.util
 import os
 import pathlib
 import sys
@@ -44,12 +45,13 @@ TESTS = pathlib.Path(__file__).resolve().parent
 SPLIT_FREELY = {"test_rmsnorm_triton.py", "test_rmsnorm_fused_add.py"}
 
 
-def xdist_group(path: pathlib.Path) -> str | None:
-    """The worker group of a test file under ``pytest -n N --dist loadgroup`` (.ci/test.sh): tests that
-    share a costly session or module fixture stay on one worker, so that it is built once.
+def worker_group(path: pathlib.Path) -> str | None:
+    """The pytest-xdist work unit of a test file (.ci/test.sh runs ``pytest -n N``): tests that share a
+    costly session or module fixture go to one worker, so that it is built once.
 
     tests/bench/ shares the experiments' --quick runs (tests/bench/conftest.py); the browser and reader
-    checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split.
+    checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split
+    test by test (None).
     """
     rel = path.resolve().relative_to(TESTS)
     if rel.parts[0] == "bench":
@@ -61,11 +63,22 @@ def xdist_group(path: pathlib.Path) -> str | None:
     return rel.as_posix()
 
 
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config, log):
+        """Work units by :func:`worker_group`. (xdist's own ``--dist loadgroup`` marks do not group on
+        pytest 9: xdist 3.8.0 renames ``item._nodeid``, which pytest 9 no longer reads.)"""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class WorkerGroups(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                group = worker_group(config.rootpath / nodeid.split("::", 1)[0])
+                return nodeid if group is None else group
+
+        return WorkerGroups(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; CPU runs use the Triton interpreter")
     for item in items:
         if "gpu" in item.keywords and not ON_GPU:
             item.add_marker(skip_gpu)
-        group = xdist_group(pathlib.Path(str(item.fspath)))
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
