@@ -5,8 +5,8 @@ import copy
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, ours_vs_peers,
-                              rows_caption)
+from bench.report.ops import (at, bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling,
+                              ours_vs_peers, rows_caption)
 
 NAME = "fused_add"
 OURS = "triton_fused_add"
@@ -78,15 +78,13 @@ def _liger_vs_unfused(data, rows) -> str:
              if r["ratios"].get("liger") and r["ratios"].get(baseline)]
     if not pairs:
         return ""
-    slower = [(label, v) for label, v in pairs if v >= 1 + within]
-    tied = [label for label, v in pairs if 1 - within < v < 1 + within]
-    faster = [(label, v) for label, v in pairs if v <= 1 - within]
+    slower, tied, faster = by_tie(pairs, within, ratio=lambda pair: pair[1])
     clauses = []
     if slower:
         clauses.append(f"{at(label for label, _ in slower)}慢于不融合（用时是不融合的 "
                        f"{prose.times_span(v for _, v in slower)} 倍）")
     if tied:
-        clauses.append(f"{at(tied)}与不融合持平（相差不到 {prose.pct(within)}）")
+        clauses.append(f"{at(label for label, _ in tied)}与不融合持平（相差不到 {prose.pct(within)}）")
     if faster:
         clauses.append(f"{at(label for label, _ in faster)}快于不融合（用时是不融合的 "
                        f"{prose.times_span(v for _, v in faster)} 倍）")

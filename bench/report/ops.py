@@ -98,13 +98,18 @@ def at(labels) -> str:
     return f"在 {prose.glue(prose.join(labels), '上')}"
 
 
+def by_tie(rows, tie: float, ratio=lambda r: r["ratio"]) -> tuple[list, list, list]:
+    """``rows`` split by ``ratio(row)`` against 1 and the run's tie rule: (at or above 1 + tie,
+    strictly within it, at or below 1 - tie)."""
+    return ([r for r in rows if ratio(r) >= 1 + tie], [r for r in rows if 1 - tie < ratio(r) < 1 + tie],
+            [r for r in rows if ratio(r) <= 1 - tie])
+
+
 def compare_sentence(rows, tie: float, subject="生产版", other="最快的对手") -> str:
     """How ``subject`` compares with ``other`` over the shapes (``rows``: label, ratio = other's time ÷
     subject's, and the peer's id where ``other`` is the fastest of several): faster, level (within
     ``tie``, the run's tie rule) or slower, and where."""
-    faster = [r for r in rows if r["ratio"] >= 1 + tie]
-    tied = [r for r in rows if 1 - tie < r["ratio"] < 1 + tie]
-    slower = [r for r in rows if r["ratio"] <= 1 - tie]
+    faster, tied, slower = by_tie(rows, tie)
     if len(faster) == len(rows):
         top = max(rows, key=lambda r: r["ratio"])
         return (f"在全部 {len(rows)} 个形状上快于{other}，{other}用时是{subject}的 "
