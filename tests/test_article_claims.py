@@ -3,8 +3,9 @@
 Each test backs rows of the claims ledgers (docs/data/claims/*.json) that no kernel
 test covers: how torch's F.rms_norm rounds and what it launches, what gradient the
 q/k norms receive in a real Qwen3, why a bf16 weight at 1.0 does not move under AdamW,
-what Liger's default ``in_place`` does to dY, and what bf16 arithmetic without an fp32
-upcast does in Triton (interpreter: wrong values; compiled: quietly less precise).
+what Liger's default ``in_place`` does to dY, what the committed launch-config sweep says
+about programs per SM, and what bf16 arithmetic without an fp32 upcast does in Triton
+(interpreter: wrong values; compiled: quietly less precise).
 """
 from __future__ import annotations
 
@@ -225,3 +226,17 @@ def test_a_backward_without_double_backward_drops_its_term_silently():
     (alone,) = torch.autograd.grad(SquareByKernel.apply(x), x, create_graph=True)
     with pytest.raises(RuntimeError, match="does not require grad"):
         torch.autograd.grad(alone, x)
+
+
+def test_one_program_per_sm_is_the_slowest_backward_at_every_width():
+    """篇2 §7.1 (its ledger row): in the committed sweep, at every width the best backward with one
+    resident program per SM is slower than the best with 2 or 4, and the fastest count is 2 or 4 (at 128
+    columns 4 and 8 tie with it within 1 %)."""
+    from bench import store
+
+    for shape in store.load("tuning")["results"]:
+        best = {}
+        for config in shape["bwd"]:
+            best[config["programs_per_sm"]] = min(best.get(config["programs_per_sm"], float("inf")), config["us"])
+        assert best[1] > max(best[2], best[4]), (shape["width"], best)
+        assert min(best, key=best.get) in (2, 4, 8) and min(best[2], best[4]) <= 1.01 * min(best.values()), (shape["width"], best)
