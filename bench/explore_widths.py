@@ -85,6 +85,10 @@ def plain_configs(width: int, direction: str, quick: bool = False):
     if direction == "backward" and width <= rt.MAX_COLS and block_cols + tail_cols >= 8192:
         configs += [rt.LaunchConfig(1, block_cols, tail_cols, w, p, prefetch=False)
                     for w in (8, 16) for p in (1, 2)]
+    if direction == "backward":
+        from rmsnorm_config import reread_candidates
+
+        configs += reread_candidates(width, block_cols, tail_cols)
     return configs[:3] if quick else configs
 
 
@@ -105,6 +109,7 @@ def _compile_worker(jobs):
     rt, rf = _kernels()
     for name in ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
                  "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
+                 "rms_norm_bwd_reread_kernel", "rms_norm_bwd_chunked_reread_kernel",
                  "dw_reduce_kernel"):
         setattr(rt, name, _Warmup(getattr(rt, name)))
     x = w = None

@@ -30,6 +30,7 @@ class LaunchConfig:
     programs_per_sm: int = 1  # backward only: resident programs of the persistent grid
     chunked: bool = False  # walk rows in chunks of block_cols (the *_chunked kernels)
     prefetch: bool = True  # register backward: next tile's loads before this math
+    reread: bool = False  # register backward: each tile read twice (no prefetch)
 
     def constexprs(self, direction: str = "forward") -> dict[str, int]:
         """The kernel's constexpr launch arguments (PREFETCH: the register backward)."""
@@ -37,7 +38,9 @@ class LaunchConfig:
             return {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols}
         blocks = {"BLOCK_ROWS": self.block_rows, "BLOCK_COLS": self.block_cols,
                   "TAIL_COLS": self.tail_cols}
-        return blocks | ({"PREFETCH": self.prefetch} if direction == "backward" else {})
+        if direction != "backward" or self.reread:
+            return blocks
+        return blocks | {"PREFETCH": self.prefetch}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,4 +257,25 @@ def fused_candidates(direction: str, n_cols: int, block_cols: int, tail_cols: in
         else:
             configs += [LaunchConfig(r, c, 0, w, p, chunked=True) for c in chunks
                         for r in (1, 2) for w in (8, 16) for p in (1, 2)]
+    if direction == "backward":
+        configs += reread_candidates(n_cols, block_cols, tail_cols)
     return list(dict.fromkeys(configs))
+
+
+def reread_candidates(n_cols: int, block_cols: int, tail_cols: int):
+    """The backward that reads each tile twice (``reread``), for rows of more than
+    8192 lanes: in registers up to MAX_COLS, as column_blocks splits the row or as
+    two equal halves (16384 = 8192 + 8192), 8 or 16 warps; chunked from 12288 on."""
+    configs = []
+    if 8192 < n_cols <= MAX_COLS:
+        half = 1 << (n_cols - 1).bit_length() - 1  # the power of two below the row
+        splits = dict.fromkeys([(block_cols, tail_cols),
+                                (half, 1 << (n_cols - half - 1).bit_length())])
+        configs += [LaunchConfig(1, b, t, w, p, reread=True)
+                    for b, t in splits for w in (8, 16) for p in (1, 2)]
+    if n_cols >= 12288:
+        chunks = (2048,) if n_cols % 8 else (4096, 8192)
+        configs += [LaunchConfig(r, c, 0, w, p, chunked=True, reread=True)
+                    for c in chunks for r in (1, 2, 4) if r * c <= 16384
+                    for w in (8, 16) for p in (1, 2)]
+    return configs

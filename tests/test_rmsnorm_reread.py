@@ -1,0 +1,134 @@
+"""The backward kernels that read each row tile twice (``LaunchConfig.reread``).
+
+In registers (``rms_norm_bwd_reread_kernel``: the row's dot from the first read, dx and
+dW from the second) and chunked (``rms_norm_bwd_chunked_reread_kernel``: one kernel, a
+persistent grid, each program's dW partial read-modified-written in DW_PARTIAL). Both
+with and without the fused add's ds, saved or recomputed rstd, every tile of every slot.
+"""
+import pytest
+import torch
+
+import rmsnorm_triton
+from helpers import REL_TOL, fp64_reference, poisoned_allocations, random_inputs, rel_err
+from rmsnorm_triton import LaunchConfig, rms_norm_backward, rms_norm_forward, sm_count
+
+
+def register(block, tail, warps=4, per_sm=1):
+    return LaunchConfig(1, block, tail, warps, per_sm, reread=True)
+
+
+def chunked(rows, chunk, warps=4, per_sm=1):
+    return LaunchConfig(rows, chunk, 0, warps, per_sm, chunked=True, reread=True)
+
+
+CONFIGS = [
+    (300, register(256, 64)),  # column_blocks' split
+    (300, register(512, 0)),  # one padded block
+    (256, register(128, 128)),  # two equal halves
+    (300, chunked(1, 128)),  # a masked last chunk
+    (300, chunked(2, 64, per_sm=2)),  # several rows per tile, 5 chunks
+    (128, chunked(4, 128)),  # one chunk
+]
+
+
+def slots_inputs(n_cols, dtype, device, seed):
+    # 3 tiles per program and a partial last one: the persistent loop and the
+    # chunked kernel's read-modify-write of dW partials run more than once
+    n_rows = 3 * sm_count(torch.device(device)) * 2 + 1
+    return random_inputs((n_rows, n_cols), dtype, device, seed)
+
+
+@pytest.mark.parametrize("n_cols, config", CONFIGS, ids=str)
+def test_reread_backward_matches_fp64(n_cols, config, device):
+    x, w, dy = slots_inputs(n_cols, torch.float64, device, seed=n_cols + config.block_rows)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with poisoned_allocations():
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+        dx_r, dw_r = rms_norm_backward(dy, x, w, None, eps=1e-6, config=config)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for name, got, ref in (("dx", dx, ref_dx), ("dw", dw, ref_dw),
+                           ("dx, rstd recomputed", dx_r, ref_dx), ("dw, rstd recomputed", dw_r, ref_dw)):
+        assert rel_err(got, ref) < 1e-12, name
+
+
+@pytest.mark.parametrize("n_cols, config", CONFIGS, ids=str)
+def test_reread_backward_adds_ds(n_cols, config, device):
+    """The fused add's backward: dx + ds, dW unchanged; without dW nothing else moves."""
+    x, w, dy = slots_inputs(n_cols, torch.float64, device, seed=n_cols + 7)
+    ds = torch.randn_like(dy)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with poisoned_allocations():
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config, ds=ds)
+        dx_only, no_dw = rms_norm_backward(dy, x, w, rstd, compute_dw=False, config=config, ds=ds)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    assert rel_err(dx, ref_dx + ds) < 1e-12 and rel_err(dw, ref_dw) < 1e-12
+    assert no_dw is None and torch.equal(dx_only, dx)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("n_cols, config", [CONFIGS[0], CONFIGS[4]], ids=str)
+def test_reread_backward_matches_the_shipped_one_in_16_bit(n_cols, config, dtype, device):
+    """Same formula as the register backward, summed in another order: within rounding."""
+    x, w, dy = slots_inputs(n_cols, dtype, device, seed=n_cols + 11)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    assert rel_err(dx, ref_dx) < REL_TOL[dtype] and rel_err(dw, ref_dw) < REL_TOL[dtype]
+    dx_shipped, dw_shipped = rms_norm_backward(dy, x, w, rstd)
+    assert rel_err(dx, dx_shipped) < REL_TOL[dtype] and rel_err(dw, dw_shipped) < REL_TOL[dtype]
+    again = rms_norm_backward(dy, x, w, rstd, config=config)
+    assert torch.equal(again[0], dx) and torch.equal(again[1], dw)  # deterministic
+
+
+def test_reread_strided_views(device):
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 4, 3, 200, generator=gen, dtype=torch.float64).transpose(1, 2).to(device)
+    dy = torch.randn(2, 4, 3, 200, generator=gen, dtype=torch.float64).transpose(1, 2).to(device)
+    w = torch.randn(200, generator=gen, dtype=torch.float64).to(device)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
+    for config in (register(128, 128), chunked(2, 64)):
+        dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+        assert rel_err(dx, ref_dx) < 1e-12 and rel_err(dw, ref_dw) < 1e-12, config
+
+
+@pytest.mark.parametrize("block, tail, why", [
+    (128, 64, "cover"),  # 192 lanes for rows of 300
+    (512, 64, "empty tail"),  # the block alone holds the row
+    (256, 48, "power-of-two"),
+])
+def test_a_reread_split_that_cannot_run_the_row_is_refused(block, tail, why, device):
+    x, w, dy = random_inputs((2, 300), torch.float32, device, seed=1)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with pytest.raises(ValueError, match="two power-of-two blocks that cover"):
+        rms_norm_backward(dy, x, w, rstd, config=register(block, tail))
+
+
+def test_a_plain_register_config_still_needs_column_blocks_split(device):
+    x, w, dy = random_inputs((2, 256), torch.float32, device, seed=2)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with pytest.raises(ValueError, match="column_blocks' power-of-two split"):
+        rms_norm_backward(dy, x, w, rstd, config=LaunchConfig(1, 128, 128, 4))
+
+
+def test_reread_configs_launch_the_reread_kernels(device, monkeypatch):
+    """Which kernel each config launches (a spy on the four backward kernels)."""
+    launched = []
+    for name in ("rms_norm_bwd_kernel", "rms_norm_bwd_reread_kernel", "rms_norm_bwd_row_stats_kernel",
+                 "rms_norm_bwd_chunked_kernel", "rms_norm_bwd_chunked_reread_kernel"):
+        kernel = getattr(rmsnorm_triton, name)
+
+        class Spy:
+            def __getitem__(self, grid, kernel=kernel, name=name):
+                launched.append((name, len(grid)))
+                return kernel[grid]
+        monkeypatch.setattr(rmsnorm_triton, name, Spy())
+    x, w, dy = random_inputs((5, 300), torch.float32, device, seed=3)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    for config in (register(256, 64), chunked(1, 128),
+                   LaunchConfig(1, 128, 0, 4, 1, chunked=True), LaunchConfig(1, 256, 64, 4)):
+        rms_norm_backward(dy, x, w, rstd, config=config)
+    assert [name for name, _ in launched] == [
+        "rms_norm_bwd_reread_kernel", "rms_norm_bwd_chunked_reread_kernel",
+        "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel", "rms_norm_bwd_kernel"]
+    assert launched[1][1] == 1  # one kernel: row slots only, no grid axis over chunks
