@@ -79,7 +79,8 @@ def ours_configs(width: int, device) -> dict:
 # ---------------------------------------------------------------- compiling our kernels, in workers
 
 KERNELS = ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
-           "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel", "dw_reduce_kernel")
+           "rms_norm_bwd_reread_kernel", "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
+           "dw_reduce_kernel")
 
 
 class _CompileOnly:

@@ -109,8 +109,7 @@ def _compile_worker(jobs):
     rt, rf = _kernels()
     for name in ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
                  "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
-                 "rms_norm_bwd_reread_kernel", "rms_norm_bwd_chunked_reread_kernel",
-                 "dw_reduce_kernel"):
+                 "rms_norm_bwd_reread_kernel", "dw_reduce_kernel"):
         setattr(rt, name, _Warmup(getattr(rt, name)))
     x = w = None
     for kind, width, config in jobs:

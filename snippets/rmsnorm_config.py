@@ -52,7 +52,7 @@ class Rung:
     the rung to rows with or without a tail block. ``vector``: False limits it to
     rows of n_cols % 8 != 0 (no 16-byte loads of 16-bit values). ``chunks``: the
     chunked kernels, with the chunk that pads the fewest lanes among these.
-    ``prefetch``: the register backward's.
+    ``prefetch``, ``reread``: the register backward's.
     """
 
     lanes: int
@@ -63,6 +63,7 @@ class Rung:
     vector: bool | None = None
     chunks: tuple[int, ...] = ()
     prefetch: bool = True
+    reread: bool = False
 
     def matches(self, n_cols: int, block_cols: int, tail_cols: int) -> bool:
         return (block_cols + tail_cols <= self.lanes
@@ -85,7 +86,7 @@ def pick(ladder, n_cols: int, block_cols: int, tail_cols: int) -> LaunchConfig:
                                     rung.num_warps, rung.programs_per_sm, chunked=True)
             return LaunchConfig(max(1, rung.tile // block_cols), block_cols, tail_cols,
                                 rung.num_warps, rung.programs_per_sm,
-                                prefetch=rung.prefetch)
+                                prefetch=rung.prefetch, reread=rung.reread)
     raise ValueError(f"no rung of the ladder takes rows of {n_cols}")
 
 
@@ -116,7 +117,7 @@ H200_BACKWARD = (
     Rung(8192, 1, 8, 1, tail=False),
     Rung(12288, 1, 8, 1),  # 8192 + a tail
     Rung(ANY_WIDTH, 4096, 8, 2, vector=False, chunks=(2048,)),  # 2 rows of 2048
-    Rung(MAX_COLS, 1, 8, 1, prefetch=False),  # 14336, 16384: in registers, no prefetch
+    Rung(MAX_COLS, 1, 16, 1, reread=True),  # 14336, 16384: each tile read twice
     Rung(ANY_WIDTH, 16384, 16, 1, chunks=(8192,)),  # 2 rows of 8192 per tile
 )
 
@@ -158,6 +159,7 @@ H200_FUSED_BACKWARD = (  # dy, ds and s per element: smaller tiles than the plai
     Rung(ANY_WIDTH, 4096, 16, 2, vector=False, chunks=(2048,)),  # 16383: 2 rows of 2048
     Rung(10240, 1, 8, 1, prefetch=False),  # 8192 + 2048: no prefetch, no spill
     Rung(12288, 1, 16, 1, prefetch=False),
+    Rung(MAX_COLS, 1, 16, 1, reread=True),  # 14336, 16384: each tile read twice
     Rung(ANY_WIDTH, 16384, 16, 1, chunks=(8192,)),  # 2 rows of 8192
 )
 
@@ -263,19 +265,13 @@ def fused_candidates(direction: str, n_cols: int, block_cols: int, tail_cols: in
 
 
 def reread_candidates(n_cols: int, block_cols: int, tail_cols: int):
-    """The backward that reads each tile twice (``reread``), for rows of more than
-    8192 lanes: in registers up to MAX_COLS, as column_blocks splits the row or as
-    two equal halves (16384 = 8192 + 8192), 8 or 16 warps; chunked from 12288 on."""
-    configs = []
-    if 8192 < n_cols <= MAX_COLS:
-        half = 1 << (n_cols - 1).bit_length() - 1  # the power of two below the row
-        splits = dict.fromkeys([(block_cols, tail_cols),
-                                (half, 1 << (n_cols - half - 1).bit_length())])
-        configs += [LaunchConfig(1, b, t, w, p, reread=True)
-                    for b, t in splits for w in (8, 16) for p in (1, 2)]
-    if n_cols >= 12288:
-        chunks = (2048,) if n_cols % 8 else (4096, 8192)
-        configs += [LaunchConfig(r, c, 0, w, p, chunked=True, reread=True)
-                    for c in chunks for r in (1, 2, 4) if r * c <= 16384
-                    for w in (8, 16) for p in (1, 2)]
-    return configs
+    """The register backward that reads each tile twice (``reread``), for rows of
+    8192 < n_cols <= MAX_COLS: as column_blocks splits the row or as two equal
+    halves (16384 = 8192 + 8192), 8 or 16 warps, 1 or 2 programs per SM."""
+    if not 8192 < n_cols <= MAX_COLS:
+        return []
+    half = 1 << (n_cols - 1).bit_length() - 1  # the power of two below the row
+    splits = dict.fromkeys([(block_cols, tail_cols),
+                            (half, 1 << (n_cols - half - 1).bit_length())])
+    return [LaunchConfig(1, b, t, w, p, reread=True)
+            for b, t in splits for w in (8, 16) for p in (1, 2)]

@@ -313,11 +313,12 @@ def _reread_dot(X, DY, W, rows, cols, n_rows, n_cols, size1, size2, strides,
 
 
 @triton.jit
-def _reread_dx(X, DY, W, DX, DS, dw_acc, c, rstd, rows, cols, n_rows, n_cols, size1,
+def _reread_dx(X, DY, W, DX, ds, dw_acc, c, rstd, rows, cols, n_rows, n_cols, size1,
                size2, strides, ALIGN: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
                COMPUTE_DW: tl.constexpr, HAS_DS: tl.constexpr):
     # The second read of the block (from L1/L2: it was read a moment ago): dx, dW.
     # evict_first: a different load from the first read, so the compiler keeps it.
+    # ds was loaded before the row reduction: its latency hides behind it.
     row_mask = rows < n_rows
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     x_offsets = _row_offsets(rows, size1, size2, strides[0], strides[1], strides[2],
@@ -328,11 +329,10 @@ def _reread_dx(X, DY, W, DX, DS, dw_acc, c, rstd, rows, cols, n_rows, n_cols, si
                 eviction_policy="evict_first").to(COMPUTE_DTYPE)
     dy = tl.load(DY + dy_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
                  eviction_policy="evict_first").to(COMPUTE_DTYPE)
-    ds = _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN, HAS_DS).to(COMPUTE_DTYPE)
     w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
     x_hat = x * rstd[:, None]
-    _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, ds, rows, cols, row_mask, n_cols,
-              ALIGN, HAS_DS)
+    _dx_store(DX, x_hat, w[None, :] * dy, c, rstd, ds.to(COMPUTE_DTYPE), rows, cols,
+              row_mask, n_cols, ALIGN, HAS_DS)
     if COMPUTE_DW:
         dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
     return dw_acc
@@ -353,10 +353,11 @@ def rms_norm_bwd_reread_kernel(
     HAS_DS: tl.constexpr,
 ):
     # The register backward for rows whose x, dy and dW accumulator together
-    # outgrow the registers (12288 < n_cols <= MAX_COLS): each tile is read
-    # twice, the row's dot from the first read, dx and dW from the second, which
-    # hits the cache. Only the dW accumulator stays in registers across the
-    # row reduction, so nothing spills; DRAM still sees each element once.
+    # outgrow the registers (12288 < n_cols <= MAX_COLS on the H200): each tile
+    # is read twice, the row's dot from the first read, dx and dW from the
+    # second, which hits the cache. Across the row reduction only the dW
+    # accumulator (and ds, 16-bit) stays in registers: no spills, and DRAM
+    # still sees each element once.
     n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -369,9 +370,11 @@ def rms_norm_bwd_reread_kernel(
     for tile in range(tiles_per_program):
         rows = (program + tile * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
+        ds = _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN, HAS_DS)
         dot, sum_squares = _reread_dot(X, DY, W, rows, cols, n_rows, n_cols, size1,
                                        size2, strides, ALIGN, COMPUTE_DTYPE)
         if TAIL_COLS > 0:
+            ds_tail = _load_ds(DS, rows, tail_cols, row_mask, n_cols, ALIGN, HAS_DS)
             dot_tail, squares_tail = _reread_dot(X, DY, W, rows, tail_cols, n_rows,
                                                  n_cols, size1, size2, strides, ALIGN,
                                                  COMPUTE_DTYPE)
@@ -382,11 +385,11 @@ def rms_norm_bwd_reread_kernel(
         else:
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
         c = dot * rstd / n_cols  # mean(w*dy * x_hat)
-        dw_acc = _reread_dx(X, DY, W, DX, DS, dw_acc, c, rstd, rows, cols, n_rows,
+        dw_acc = _reread_dx(X, DY, W, DX, ds, dw_acc, c, rstd, rows, cols, n_rows,
                             n_cols, size1, size2, strides, ALIGN, COMPUTE_DTYPE,
                             COMPUTE_DW, HAS_DS)
         if TAIL_COLS > 0:
-            dw_acc_tail = _reread_dx(X, DY, W, DX, DS, dw_acc_tail, c, rstd, rows,
+            dw_acc_tail = _reread_dx(X, DY, W, DX, ds_tail, dw_acc_tail, c, rstd, rows,
                                      tail_cols, n_rows, n_cols, size1, size2, strides,
                                      ALIGN, COMPUTE_DTYPE, COMPUTE_DW, HAS_DS)
     if COMPUTE_DW:
@@ -395,56 +398,6 @@ def rms_norm_bwd_reread_kernel(
         if TAIL_COLS > 0:
             tl.store(partial + tail_cols, tl.sum(dw_acc_tail, axis=0),
                      mask=tail_cols < n_cols)
-
-
-@triton.jit
-def rms_norm_bwd_chunked_reread_kernel(
-    DY, X, W, RSTD, DX, DW_PARTIAL, DS,
-    n_rows, n_cols, eps, eps_low, tiles_per_program,
-    size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,  # the chunk
-    COMPUTE_DTYPE: tl.constexpr,
-    COMPUTE_DW: tl.constexpr,
-    RECOMPUTE_RSTD: tl.constexpr,
-    ALIGN: tl.constexpr,
-    HAS_DS: tl.constexpr,
-):
-    # The chunked backward in one kernel: a persistent grid over row tiles, each
-    # tile read twice chunk by chunk, the second time last chunk first, so that
-    # most of it still comes from L2. A program's dW partial lives in its row of
-    # DW_PARTIAL (fp32, read and written once per tile and chunk: L2 traffic).
-    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
-    program = tl.program_id(0)
-    n_programs = tl.num_programs(0)
-    strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
-    n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
-    partial = DW_PARTIAL + program.to(tl.int64) * n_cols
-    for tile in range(tiles_per_program):
-        rows = (program + tile * n_programs) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        dots = tl.zeros([BLOCK_ROWS], dtype=COMPUTE_DTYPE)
-        sum_squares = tl.zeros([BLOCK_ROWS], dtype=COMPUTE_DTYPE)
-        for chunk in range(n_chunks):
-            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            dot, squares = _reread_dot(X, DY, W, rows, cols, n_rows, n_cols, size1,
-                                       size2, strides, ALIGN, COMPUTE_DTYPE)
-            dots += dot
-            sum_squares += squares
-        if RECOMPUTE_RSTD:
-            rstd = _inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
-        else:
-            rstd = tl.load(RSTD + rows, mask=rows < n_rows, other=0.0).to(COMPUTE_DTYPE)
-        c = dots * rstd / n_cols
-        for chunk in range(n_chunks):
-            cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            dw = _reread_dx(X, DY, W, DX, DS,
-                            tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE), c,
-                            rstd, rows, cols, n_rows, n_cols, size1, size2, strides,
-                            ALIGN, COMPUTE_DTYPE, COMPUTE_DW, HAS_DS)
-            if COMPUTE_DW:  # the first tile writes the partial, later ones add to it
-                mask = cols < n_cols
-                earlier = tl.load(partial + cols, mask=mask & (tile > 0), other=0.0)
-                tl.store(partial + cols, earlier + tl.sum(dw, axis=0), mask=mask)
 
 
 @triton.jit
@@ -702,6 +655,9 @@ def check_config(config: LaunchConfig, n_cols: int) -> None:
 
     split = column_blocks(n_cols)
     if config.chunked:
+        if config.reread:
+            raise ValueError("reread is the register backward's: a chunked config "
+                             "cannot take it")
         if config.tail_cols != 0 or not power_of_two(config.block_cols):
             raise ValueError("a chunked config needs a power-of-two block_cols (the "
                              f"chunk) and tail_cols=0, got {config.block_cols}, "
@@ -888,11 +844,10 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     n_tiles = triton.cdiv(n_rows, config.block_rows)
     # Row slots of the persistent grid; a chunked config also splits the columns
     # (each program owns one chunk). Each slot writes one row of dW partials.
-    split = config.chunked and not config.reread  # the two-kernel chunked backward
-    n_chunks = triton.cdiv(n_cols, config.block_cols) if split else 1
+    n_chunks = triton.cdiv(n_cols, config.block_cols) if config.chunked else 1
     resident = sm_count(x.device) * config.programs_per_sm
     n_slots = max(1, min(n_tiles, resident // n_chunks))
-    grid = (n_slots, n_chunks) if split else (n_slots,)
+    grid = (n_slots, n_chunks) if config.chunked else (n_slots,)
     dw_partial = (torch.empty((n_slots, n_cols), dtype=_stats_dtype(compute),
                               device=x.device) if compute_dw else dx)
     eps_pair = split_eps(eps or 0.0, compute)
@@ -903,7 +858,7 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
                   ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
                   COMPUTE_DTYPE=compute, num_warps=config.num_warps,
                   **config.constexprs("backward"))
-    if split:
+    if config.chunked:
         # Step 1 saves rstd and c of each row; step 2 reads them, chunk by chunk.
         row_stats = torch.empty((2, n_rows), dtype=_stats_dtype(compute),
                                 device=x.device)
@@ -916,8 +871,7 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
             tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
             HAS_DS=ds is not dx, **layout)
     else:
-        kernel = (rms_norm_bwd_chunked_reread_kernel if config.chunked
-                  else rms_norm_bwd_reread_kernel if config.reread else rms_norm_bwd_kernel)
+        kernel = rms_norm_bwd_reread_kernel if config.reread else rms_norm_bwd_kernel
         kernel[grid](
             dy, x, weight, dx if rstd is None else rstd, dx, dw_partial, ds,
             eps=eps_pair[0], eps_low=eps_pair[1],

@@ -1,9 +1,7 @@
-"""The backward kernels that read each row tile twice (``LaunchConfig.reread``).
-
-In registers (``rms_norm_bwd_reread_kernel``: the row's dot from the first read, dx and
-dW from the second) and chunked (``rms_norm_bwd_chunked_reread_kernel``: one kernel, a
-persistent grid, each program's dW partial read-modified-written in DW_PARTIAL). Both
-with and without the fused add's ds, saved or recomputed rstd, every tile of every slot.
+"""The register backward that reads each row tile twice (``LaunchConfig.reread``,
+``rms_norm_bwd_reread_kernel``): the row's dot from the first read, dx and dW from the
+second. With and without the fused add's ds, saved or recomputed rstd, every tile of
+every slot of the persistent grid, and the launch rules that pick it.
 """
 import pytest
 import torch
@@ -17,30 +15,23 @@ def register(block, tail, warps=4, per_sm=1):
     return LaunchConfig(1, block, tail, warps, per_sm, reread=True)
 
 
-def chunked(rows, chunk, warps=4, per_sm=1):
-    return LaunchConfig(rows, chunk, 0, warps, per_sm, chunked=True, reread=True)
-
-
 CONFIGS = [
     (300, register(256, 64)),  # column_blocks' split
     (300, register(512, 0)),  # one padded block
     (256, register(128, 128)),  # two equal halves
-    (300, chunked(1, 128)),  # a masked last chunk
-    (300, chunked(2, 64, per_sm=2)),  # several rows per tile, 5 chunks
-    (128, chunked(4, 128)),  # one chunk
+    (1000, register(512, 512, per_sm=2)),  # a masked tail, 2 programs per SM
 ]
 
 
 def slots_inputs(n_cols, dtype, device, seed):
-    # 3 tiles per program and a partial last one: the persistent loop and the
-    # chunked kernel's read-modify-write of dW partials run more than once
+    # 3 tiles per program and a partial last one: every tile of every slot
     n_rows = 3 * sm_count(torch.device(device)) * 2 + 1
     return random_inputs((n_rows, n_cols), dtype, device, seed)
 
 
 @pytest.mark.parametrize("n_cols, config", CONFIGS, ids=str)
 def test_reread_backward_matches_fp64(n_cols, config, device):
-    x, w, dy = slots_inputs(n_cols, torch.float64, device, seed=n_cols + config.block_rows)
+    x, w, dy = slots_inputs(n_cols, torch.float64, device, seed=n_cols + config.tail_cols)
     _, rstd = rms_norm_forward(x, w, 1e-6)
     with poisoned_allocations():
         dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
@@ -66,7 +57,7 @@ def test_reread_backward_adds_ds(n_cols, config, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("n_cols, config", [CONFIGS[0], CONFIGS[4]], ids=str)
+@pytest.mark.parametrize("n_cols, config", [CONFIGS[0], CONFIGS[3]], ids=str)
 def test_reread_backward_matches_the_shipped_one_in_16_bit(n_cols, config, dtype, device):
     """Same formula as the register backward, summed in another order: within rounding."""
     x, w, dy = slots_inputs(n_cols, dtype, device, seed=n_cols + 11)
@@ -80,6 +71,18 @@ def test_reread_backward_matches_the_shipped_one_in_16_bit(n_cols, config, dtype
     assert torch.equal(again[0], dx) and torch.equal(again[1], dw)  # deterministic
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_reread_dw_is_the_register_backwards_bits(dtype, device):
+    """dW takes HF's cast order (x_hat rounded to the input dtype before the product) in
+    the same per-program order as the register backward: the same bits. dx differs only
+    in how the row's dot is rounded."""
+    x, w, dy = slots_inputs(300, dtype, device, seed=12)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    _, dw = rms_norm_backward(dy, x, w, rstd, config=register(256, 64))
+    _, dw_register = rms_norm_backward(dy, x, w, rstd, config=LaunchConfig(1, 256, 64, 4, 1, prefetch=False))
+    assert torch.equal(dw, dw_register)
+
+
 def test_reread_strided_views(device):
     gen = torch.Generator().manual_seed(9)
     x = torch.randn(2, 4, 3, 200, generator=gen, dtype=torch.float64).transpose(1, 2).to(device)
@@ -87,7 +90,7 @@ def test_reread_strided_views(device):
     w = torch.randn(200, generator=gen, dtype=torch.float64).to(device)
     _, rstd = rms_norm_forward(x, w, 1e-6)
     _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
-    for config in (register(128, 128), chunked(2, 64)):
+    for config in (register(128, 128), register(256, 0)):
         dx, dw = rms_norm_backward(dy, x, w, rstd, config=config)
         assert rel_err(dx, ref_dx) < 1e-12 and rel_err(dw, ref_dw) < 1e-12, config
 
@@ -111,24 +114,43 @@ def test_a_plain_register_config_still_needs_column_blocks_split(device):
         rms_norm_backward(dy, x, w, rstd, config=LaunchConfig(1, 128, 128, 4))
 
 
-def test_reread_configs_launch_the_reread_kernels(device, monkeypatch):
-    """Which kernel each config launches (a spy on the four backward kernels)."""
+def test_a_chunked_reread_config_is_refused(device):
+    x, w, dy = random_inputs((2, 300), torch.float32, device, seed=4)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with pytest.raises(ValueError, match="reread is the register backward's"):
+        rms_norm_backward(dy, x, w, rstd, config=LaunchConfig(1, 128, 0, 4, chunked=True, reread=True))
+
+
+def test_reread_configs_launch_the_reread_kernel(device, monkeypatch):
+    """Which kernel each config launches (a spy on the backward kernels)."""
     launched = []
     for name in ("rms_norm_bwd_kernel", "rms_norm_bwd_reread_kernel", "rms_norm_bwd_row_stats_kernel",
-                 "rms_norm_bwd_chunked_kernel", "rms_norm_bwd_chunked_reread_kernel"):
+                 "rms_norm_bwd_chunked_kernel"):
         kernel = getattr(rmsnorm_triton, name)
 
         class Spy:
             def __getitem__(self, grid, kernel=kernel, name=name):
-                launched.append((name, len(grid)))
+                launched.append(name)
                 return kernel[grid]
         monkeypatch.setattr(rmsnorm_triton, name, Spy())
     x, w, dy = random_inputs((5, 300), torch.float32, device, seed=3)
     _, rstd = rms_norm_forward(x, w, 1e-6)
-    for config in (register(256, 64), chunked(1, 128),
-                   LaunchConfig(1, 128, 0, 4, 1, chunked=True), LaunchConfig(1, 256, 64, 4)):
+    for config in (register(256, 64), LaunchConfig(1, 128, 0, 4, 1, chunked=True), LaunchConfig(1, 256, 64, 4)):
         rms_norm_backward(dy, x, w, rstd, config=config)
-    assert [name for name, _ in launched] == [
-        "rms_norm_bwd_reread_kernel", "rms_norm_bwd_chunked_reread_kernel",
-        "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel", "rms_norm_bwd_kernel"]
-    assert launched[1][1] == 1  # one kernel: row slots only, no grid axis over chunks
+    assert launched == ["rms_norm_bwd_reread_kernel", "rms_norm_bwd_row_stats_kernel",
+                        "rms_norm_bwd_chunked_kernel", "rms_norm_bwd_kernel"]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_h200_ladders_reread_rows_of_12288_to_16384_lanes(fused):
+    """The rule the ladders implement (explore-widths-222b803-reread.json): rows of more than
+    12288 and at most MAX_COLS lanes, 16-byte aligned, take the reread backward on 16 warps,
+    one program per SM; narrower and wider rows, and rows without 16-byte loads, do not."""
+    from rmsnorm_config import LADDERS, MAX_COLS, pick
+
+    ladder = LADDERS["sm_90"].fused_backward if fused else LADDERS["sm_90"].backward
+    for n_cols in (12296, 13000, 14336, 16000, MAX_COLS):
+        config = pick(ladder, n_cols, *rmsnorm_triton.column_blocks(n_cols))
+        assert config == LaunchConfig(1, 16384, 0, 16, 1, reread=True), n_cols
+    for n_cols in (8192, 10000, 12288, 16383, MAX_COLS + 8, 32768):
+        assert not pick(ladder, n_cols, *rmsnorm_triton.column_blocks(n_cols)).reread, n_cols
