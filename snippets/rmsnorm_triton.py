@@ -13,6 +13,8 @@ promotion of (input, weight), as HF's does.
 * Non-power-of-two rows: a power-of-two block + a smaller tail (2560 = 2048 + 512).
   Strided views with up to three leading dims (transposed q/k grads) need no copy.
   Rows wider than MAX_COLS: the chunked kernels (two passes forward, two steps back).
+  Rows whose x, dy and dW accumulator outgrow the registers (12288 < n_cols <=
+  MAX_COLS on the H200): the backward reads each tile twice (the reread kernel).
 * One kernel family for the fused residual add too (rmsnorm_fused_add.py): with
   HAS_RESIDUAL the forward normalizes s = x + residual and stores s; with HAS_DS
   the backward adds s's own gradient ds to dx.
@@ -645,20 +647,21 @@ def check_pair(x: torch.Tensor, residual: torch.Tensor) -> None:
                              f"{getattr(x, what)} and {getattr(residual, what)}")
 
 
+def _power_of_two(value) -> bool:
+    return isinstance(value, int) and value >= 1 and value & (value - 1) == 0
+
+
 def check_config(config: LaunchConfig, n_cols: int) -> None:
     """Reject a launch config that the kernels cannot run on rows of n_cols."""
     if not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}")
-
-    def power_of_two(value):
-        return isinstance(value, int) and value >= 1 and value & (value - 1) == 0
 
     split = column_blocks(n_cols)
     if config.chunked:
         if config.reread:
             raise ValueError("reread is the register backward's: a chunked config "
                              "cannot take it")
-        if config.tail_cols != 0 or not power_of_two(config.block_cols):
+        if config.tail_cols != 0 or not _power_of_two(config.block_cols):
             raise ValueError("a chunked config needs a power-of-two block_cols (the "
                              f"chunk) and tail_cols=0, got {config.block_cols}, "
                              f"{config.tail_cols}")
@@ -674,10 +677,10 @@ def check_config(config: LaunchConfig, n_cols: int) -> None:
                          f"{(config.block_cols, config.tail_cols)}; rows of {n_cols} "
                          f"need column_blocks' power-of-two split {split}")
 
-    if not power_of_two(config.block_rows):
+    if not _power_of_two(config.block_rows):
         raise ValueError(
             f"config.block_rows must be a power of two, got {config.block_rows!r}")
-    if not (power_of_two(config.num_warps) and config.num_warps <= 32):
+    if not (_power_of_two(config.num_warps) and config.num_warps <= 32):
         raise ValueError(f"config.num_warps must be 1, 2, 4, 8, 16 or 32, "
                          f"got {config.num_warps!r}")
     if not (isinstance(config.programs_per_sm, int) and config.programs_per_sm >= 1):
@@ -688,11 +691,8 @@ def check_config(config: LaunchConfig, n_cols: int) -> None:
 def _covers(config: LaunchConfig, n_cols: int) -> bool:
     """A block and a tail, powers of two (the tail may be 0), that hold the row and
     leave the tail some columns (the reread backward takes e.g. 16384 = 8192 + 8192)."""
-    def power_of_two(value):
-        return value >= 1 and value & (value - 1) == 0
-
     block, tail = config.block_cols, config.tail_cols
-    return (power_of_two(block) and (tail == 0 or power_of_two(tail))
+    return (_power_of_two(block) and (tail == 0 or _power_of_two(tail))
             and block + tail >= n_cols and (tail == 0 or block < n_cols))
 
 
