@@ -11,13 +11,14 @@ import math
 
 from bench.report import plots, prose, tables
 from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
-from bench.report.ops import copy_ceiling, ours_vs_peers, size
+from bench.report.ops import copy_ceiling, fastest_peer, ours_vs_peers, size
 
 NAME = "fused_add_sweep"
 PHASE = "fwd_bwd"  # the phase of the table, the plot and the article: the one the targets are set for
 # Why a width can miss a target, as far as the record shows it, in the order the sentence names them.
 REASONS = {"chunked_fwd": "forward", "chunked_bwd": "backward",  # "forward、backward 走分块路径"
-           "no_16_byte_loads": "行没有 16 字节加载", "short_call": "调用不到 {short_call_us:g} µs"}
+           "no_16_byte_loads": "行没有 16 字节加载", "short_call": "调用不到 {short_call_us:g} µs",
+           "peers_below_target": "最快的对手也不到 {share}"}
 CHUNKED = "{directions} 走分块路径"
 UNEXPLAINED = "数据里看不出原因"
 TARGET_WORDS = {"of_copy": "占拷贝上限不到 {share}（宽度 ≥ {start}）", "baseline": "慢于不融合",
@@ -47,6 +48,13 @@ def reasons(data, shape, phase) -> list[str]:
     ours = shape[phase].get(cfg["ours"])
     if ours and ours["median_us"] < cfg["short_call_us"]:
         out.append("short_call")
+    # Context for a share-of-copy miss: the fastest peer, on the same bytes, misses the share too.
+    target = cfg["targets"].get(phase)
+    peers, best = fastest_peer(shape[phase], cfg["peers"])
+    if target and shape["width"] >= cfg["target_from_width"] and best:
+        share = shape[f"bytes_{phase}"] / (peers[best] * 1e3) / ceiling(data["results"])["gbps"]
+        if share < target:
+            out.append("peers_below_target")
     return out
 
 
@@ -189,24 +197,27 @@ def article_sentence(data) -> str:
     return text + "。\n"
 
 
-def reason_text(cfg, keys) -> str:
+def reason_text(cfg, keys, phase=PHASE) -> str:
     """'forward、backward 走分块路径；行没有 16 字节加载' for the reason ids ``keys``."""
     chunked = [REASONS[k] for k in keys if k.startswith("chunked_")]
     parts = [CHUNKED.format(directions=prose.join(chunked))] if chunked else []
-    parts += [REASONS[k].format(**cfg) for k in keys if not k.startswith("chunked_")]
+    parts += [REASONS[k].format(**cfg, share=prose.pct(cfg["targets"].get(phase, 0)))
+              for k in keys if not k.startswith("chunked_")]
     return "；".join(parts) or UNEXPLAINED
 
 
-def _grouped(data, phase, widths) -> str:
+def _grouped(data, phase, widths, target) -> str:
     """'H=1024、H=1152（调用不到 100 µs），H=16383（…）': widths with the same reasons together, groups in
-    the order of their first width, the widths the record gives no reason for last."""
+    the order of their first width, the widths the record gives no reason for last. That the fastest peer
+    misses the share too is said only where ours misses the share (``target`` "of_copy")."""
     cfg = data["config"]
     reasons_of = facts(data, phase)["reasons"]
     groups: dict[tuple, list[int]] = {}
     for w in widths:
-        groups.setdefault(tuple(reasons_of[w]), []).append(w)
+        keys = [k for k in reasons_of[w] if target == "of_copy" or k != "peers_below_target"]
+        groups.setdefault(tuple(keys), []).append(w)
     ordered = sorted(groups.items(), key=lambda item: not item[0])  # stable: the unexplained last
-    return "，".join(f"{_widths(members)}（{reason_text(cfg, key)}）" for key, members in ordered)
+    return "，".join(f"{_widths(members)}（{reason_text(cfg, key, phase)}）" for key, members in ordered)
 
 
 def target_phases(cfg) -> list[str]:
@@ -224,7 +235,7 @@ def misses_sentence(data) -> str:
         words = {"of_copy": TARGET_WORDS["of_copy"].format(share=prose.pct(cfg["targets"].get(phase, 0)),
                                                            start=cfg["target_from_width"]),
                  "baseline": TARGET_WORDS["baseline"], "peer": TARGET_WORDS["peer"]}
-        parts = [f"{words[target]}的有 {_grouped(data, phase, widths)}" if widths else f"没有{words[target]}的宽度"
+        parts = [f"{words[target]}的有 {_grouped(data, phase, widths, target)}" if widths else f"没有{words[target]}的宽度"
                  for target, widths in f["misses"].items()]
         if f["no_result"]:
             parts.append(f"融合版在 {_widths(f['no_result'])} 上没有结果")

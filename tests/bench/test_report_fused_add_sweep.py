@@ -93,8 +93,8 @@ def test_the_facts_follow_the_data(five_widths):
     assert f["lowest_peer"] == {"width": 16383, "ratio": pytest.approx(0.80), "peer": "quack"}
     assert f["lowest_baseline"] == {"width": 16383, "ratio": pytest.approx(0.97)}
     assert f["reasons"][512] == ["short_call"]
-    assert f["reasons"][16383] == ["chunked_fwd", "chunked_bwd", "no_16_byte_loads"]
-    assert f["reasons"][1024] == ["short_call"] and f["reasons"][4096] == []
+    assert f["reasons"][16383] == ["chunked_fwd", "chunked_bwd", "no_16_byte_loads", "peers_below_target"]
+    assert f["reasons"][1024] == ["short_call", "peers_below_target"] and f["reasons"][4096] == []
     assert report.facts(five_widths, "fwd")["reasons"][24576] == ["chunked_fwd"]  # forward: its own path only
 
 
@@ -105,8 +105,10 @@ def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths)
                               "持平或更快、在 4 个宽度上不慢于不融合（相差 2% 以内算持平）")
     assert "对手 ÷ 融合版最低在 H=16383，0.80×（quack），不融合 ÷ 融合版最低在 H=16383，0.97×。" in article
     misses = rendered["fused_add_sweep_misses.md"]
-    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs），H=16383（forward、backward 走分块路径；"
-            "行没有 16 字节加载），H=24576（forward、backward 走分块路径）；") in misses
+    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs；最快的对手也不到 85%），H=16383（forward、"
+            "backward 走分块路径；行没有 16 字节加载；最快的对手也不到 85%），H=24576（forward、backward 走分块路径；"
+            "最快的对手也不到 85%）；") in misses
+    assert "落后于最快的对手的有 H=512（调用不到 100 µs），H=16383（forward、backward 走分块路径；行没有 16 字节加载）。" in misses
     assert "慢于不融合的有 H=16383（" in misses
     assert "落后于最快的对手的有 H=512（调用不到 100 µs），H=16383（" in misses
     text = takeaway(rendered["fused_add_sweep.md"])
@@ -157,6 +159,8 @@ def test_a_width_without_ours_is_named(five_widths):
 def test_a_miss_the_record_gives_no_reason_for_comes_last(five_widths):
     data = copy.deepcopy(five_widths)
     data["config"]["short_call_us"] = 50  # 1024's 84 µs is no short call any more
+    data["results"]["shapes"][1]["fwd_bwd"]["liger"]["median_us"] *= 0.85  # 1024's Liger reaches 85 %
     misses = report.render(data)["fused_add_sweep_misses.md"]
-    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=16383（forward、backward 走分块路径；行没有 16 字节加载），"
-            "H=24576（forward、backward 走分块路径），H=1024（数据里看不出原因）；") in misses
+    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=16383（forward、backward 走分块路径；行没有 16 字节加载；"
+            "最快的对手也不到 85%），H=24576（forward、backward 走分块路径；最快的对手也不到 85%），"
+            "H=1024（数据里看不出原因）；") in misses
