@@ -14,18 +14,22 @@ import contextlib
 
 @contextlib.contextmanager
 def coverage_paused():
-    """Stop the running coverage measurement (if any) for the block, then start it again."""
+    """Stop every running coverage measurement for the block, then start them again.
+
+    An xdist worker runs two: pytest-cov's own and the one its startup hook began in the new process;
+    stopping only the newest would put the older tracer back.
+    """
     try:
         import coverage
     except ImportError:  # coverage is not installed: nothing is measured anyway
         yield
         return
-    cov = coverage.Coverage.current()
-    if cov is None:
-        yield
-        return
-    cov.stop()
+    stopped = []
+    while (cov := coverage.Coverage.current()) is not None and cov not in stopped:
+        cov.stop()
+        stopped.append(cov)
     try:
         yield
     finally:
-        cov.start()
+        for cov in reversed(stopped):
+            cov.start()
