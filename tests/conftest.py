@@ -23,6 +23,11 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 ON_GPU = DEVICE == "cuda"
 
+if INTERPRET:
+    from interpreter_speed import skip_redundant_language_patching
+
+    skip_redundant_language_patching()
+
 import pytest  # noqa: E402
 
 
