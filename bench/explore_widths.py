@@ -25,6 +25,12 @@ compile``); explore-widths-be832ca.json holds that diagnostic's first run.
 
 All Triton configs are compiled first by worker processes (``warmup``: no launch), so
 the timing loop only loads them; ``--budget-s`` stops starting new widths.
+
+The configs are timed one after another in one process, and what ran before can change a
+time: the 8-warp no-prefetch backward at 14336 lanes (it spills registers) times about 600
+µs alone and about 470 µs once a config that spills more has run
+(docs/data/h200/diag-explore-order-b27dcf6.log). Retime a winner that spills in a fresh
+process before a ladder takes it.
 ``--snippets DIR`` imports the kernels from DIR (an older tree, for an A/B).
 """
 from __future__ import annotations

@@ -278,6 +278,26 @@ def article_sentence(data) -> str:
     return text + "。\n"
 
 
+# Contenders whose kernels are Triton code too (Inductor generates Triton for its GPU kernels).
+TRITON_PEERS = {"compile_hf": "Inductor 生成的 Triton kernel"}
+
+
+def wide_forward_sentence(data) -> str:
+    """The methods page's line on the forward past the chunked bound: per width, the fastest contender and
+    ours' speed as a share of its speed, saying which of them is Triton code too."""
+    cfg = config(data)
+    bound = cfg["chunked_backward_above"]
+    rows = [r for r in per_width(data, "fwd") if r["width"] > bound and r["ratio"] is not None]
+    if not rows:
+        return f"宽于 {bound} 的行上 forward 没有可比的结果。\n"
+    parts = []
+    for r in rows:
+        kind = f"（{TRITON_PEERS[r['peer']]}）" if r["peer"] in TRITON_PEERS else ""
+        parts.append(f"H={r['width']} 是 {OP_LABELS[r['peer']]}{kind}，生产版是它速度的 {r['ratio']:.2f}×")
+    return f"宽于 {bound} 的行，forward 最快的对手：" + "；".join(parts) + "。\n"
+
+
 def render(data: dict) -> dict[str, str]:
     return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _ratio_plot(data),
-            "width_sweep_all.svg": _all_plot(data), "width_sweep_article.md": article_sentence(data)}
+            "width_sweep_all.svg": _all_plot(data), "width_sweep_article.md": article_sentence(data),
+            "width_sweep_wide_fwd.md": wide_forward_sentence(data)}

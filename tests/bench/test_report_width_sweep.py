@@ -17,7 +17,8 @@ def test_renders_and_states_the_facts(quick_width_sweep):
     sweep = quick_width_sweep
     widths = len(sweep["results"]["shapes"])
     rendered = width_sweep.render(sweep)
-    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_all.svg", "width_sweep_article.md"}
+    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_all.svg", "width_sweep_article.md",
+                             "width_sweep_wide_fwd.md"}
     article = rendered["width_sweep_article.md"]
     assert article.count("。") == 1 and f"{widths} 个宽度上" in article
     assert rendered == width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
@@ -127,3 +128,19 @@ def test_the_committed_sentence_and_plot_name_the_true_worst():
     assert f"最差：forward，H={low['width']}，{low['ratio']:.2f}×" in texts
     every = plots.svg_texts(rendered["width_sweep_all.svg"])  # the methods page's plot: every contender
     assert {"生产版", "F.rms_norm", "torch.compile(HF)", "Liger", "quack"} <= set(every)
+
+
+def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(four_widths):
+    """Past the chunked bound (here 1000 lanes), each width's fastest peer and ours' speed as a share of its;
+    a torch.compile peer is said to be Triton code too, another peer is not."""
+    data = copy.deepcopy(four_widths)
+    data["config"]["chunked_backward_above"] = 1000
+    for s in data["results"]["shapes"]:
+        if s["width"] == 3000:  # torch.compile 10 % faster than ours there, F.rms_norm slower
+            ours = s["fwd"]["triton"]
+            s["fwd"]["compile_hf"] = dict(ours, median_us=ours["median_us"] / 1.1)
+    line = width_sweep.wide_forward_sentence(data)
+    assert line == ("宽于 1000 的行，forward 最快的对手：H=2048 是 F.rms_norm，生产版是它速度的 0.80×；"
+                    "H=3000 是 torch.compile(HF)（Inductor 生成的 Triton kernel），生产版是它速度的 0.91×。\n")
+    data["config"]["chunked_backward_above"] = 4096
+    assert width_sweep.wide_forward_sentence(data) == "宽于 4096 的行上 forward 没有可比的结果。\n"
