@@ -35,6 +35,7 @@ import torch
 import rmsnorm_triton
 from bench import ROOT
 from bench.harness import mode, record, shapes
+from bench.harness.compile_only import compile_only
 from bench.harness.contenders import fused_add_contenders
 from bench.harness.op_timing import (add_gbps, fused_add_inputs, large_copy, min_bytes, shape_entry, sweep_widths,
                                      time_fused_add)
@@ -78,21 +79,6 @@ def ours_configs(width: int, device) -> dict:
 
 # ---------------------------------------------------------------- compiling our kernels, in workers
 
-KERNELS = ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
-           "rms_norm_bwd_reread_kernel", "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
-           "dw_reduce_kernel")
-
-
-class _CompileOnly:
-    """Stands in for a Triton kernel: ``kernel[grid](...)`` compiles it into the cache, never launches."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
-
-
 def worker(argv) -> int:
     """``precompile ROWS WIDTH ...``: compile the kernels that ours fused and ours unfused launch at
     each width (the timed shapes: Triton specializes on the integer arguments), launching none."""
@@ -102,8 +88,7 @@ def worker(argv) -> int:
         raise SystemExit("precompiling needs a CUDA GPU (the interpreter compiles nothing)")
     import rmsnorm_fused_add
 
-    for name in KERNELS:
-        setattr(rmsnorm_triton, name, _CompileOnly(getattr(rmsnorm_triton, name)))
+    compile_only(rmsnorm_triton)
     rows, widths = int(argv[1]), [int(w) for w in argv[2:]]
     failed = 0
     for width in widths:

@@ -47,6 +47,7 @@ import time
 import torch
 
 from bench.harness import mode, record, timers
+from bench.harness.compile_only import compile_only
 from bench.harness.contenders import liger_fused_add_rms_norm, liger_rms_norm, optional_contender
 from bench.harness.op_timing import time_contender, time_fused_add
 from bench.harness.shapes import SWEEP_WIDTHS
@@ -100,23 +101,10 @@ def plain_configs(width: int, direction: str, quick: bool = False):
 
 # ---------------------------------------------------------------- compiling, in workers
 
-class _Warmup:
-    """Stands in for a kernel in a worker: ``kernel[grid](...)`` compiles, never runs."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
-
-
 def _compile_worker(jobs):
     """Compile each (kind, width, config) job into Triton's on-disk cache."""
     rt, rf = _kernels()
-    for name in ("rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel",
-                 "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel",
-                 "rms_norm_bwd_reread_kernel", "dw_reduce_kernel"):
-        setattr(rt, name, _Warmup(getattr(rt, name)))
+    compile_only(rt)
     x = w = None
     for kind, width, config in jobs:
         # the timed shapes: Triton specializes integer arguments (multiples of 16)

@@ -133,3 +133,26 @@ def test_bench_widths_names_any_positive_widths(monkeypatch):
         monkeypatch.setenv("BENCH_WIDTHS", wrong)
         with pytest.raises(ValueError, match="positive"):
             shapes.selected_widths((256, 512))
+
+
+def test_compile_only_replaces_the_launched_kernels_and_leaves_the_helpers():
+    """The workers' compile-only stand-ins (bench/harness/compile_only.py), on a fresh copy of the kernels'
+    module: every launched kernel, among them the ones the sweeps launch, and none of the helpers."""
+    import importlib.util
+
+    import triton
+
+    from bench.harness.compile_only import CompileOnly, compile_only
+
+    import rmsnorm_triton
+
+    spec = importlib.util.spec_from_file_location("rmsnorm_triton_copy", rmsnorm_triton.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    names = compile_only(copy)
+    assert {"rms_norm_fwd_kernel", "rms_norm_fwd_chunked_kernel", "rms_norm_bwd_kernel", "rms_norm_bwd_reread_kernel",
+            "rms_norm_bwd_row_stats_kernel", "rms_norm_bwd_chunked_kernel", "dw_reduce_kernel"} <= set(names)
+    assert all(isinstance(getattr(copy, n), CompileOnly) for n in names)
+    helpers = [n for n, v in vars(copy).items() if isinstance(v, triton.runtime.jit.KernelInterface)]
+    assert helpers and all(n.startswith("_") for n in helpers)  # what is left jitted: the helpers only
+    assert not isinstance(rmsnorm_triton.rms_norm_fwd_kernel, CompileOnly)  # the real module is untouched
