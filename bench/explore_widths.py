@@ -3,7 +3,8 @@ snippets/rmsnorm_config.py (not rendered; each run is committed as
 docs/data/<gpu>/explore-widths-<commit>.json).
 
     python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
-        [--liger-widths ...] [--cluster-widths ...] [--persistent-widths ...] [--budget-s S] [--quick]
+        [--liger-widths ...] [--cluster-widths ...] [--persistent-widths ...]
+        [--eviction-widths ...] [--eviction-fused-widths ...] [--budget-s S] [--quick]
 
 16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
 
@@ -19,6 +20,11 @@ docs/data/<gpu>/explore-widths-<commit>.json).
   cluster (``num_ctas``), quack's approach, as far as Triton compiles it;
 * ``persistent`` (``--persistent-widths``): the shipped chunked forward against the same
   chunks on a persistent grid (SMs x 1..8 programs), which bounds the rows in flight.
+* ``eviction`` (``--eviction-widths``, ``--eviction-fused-widths``): the shipped chunked
+  forward (plain, or the fused add) against the same kernel with L2 eviction hints on its
+  two passes and either order of the second pass, at chunks of 2048 to 8192 and 8 to 32
+  warps, next to ``torch.compile`` of HF's module (Inductor's looped reduction: pass 1
+  ``evict_last``, pass 2 ``evict_first``) and quack.
 
 Eager against ``torch.compile`` is bench/exp_compile.py's (``python -m bench.run_all
 compile``); explore-widths-be832ca.json holds that diagnostic's first run.
@@ -131,12 +137,12 @@ def _compile_worker(jobs):
     torch.cuda.synchronize()
 
 
-def precompile(jobs, workers):
+def precompile(jobs, workers, worker=None):
     """Fill Triton's cache for every job, ``workers`` processes at a time."""
     began = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
-        pool.map(_compile_worker, [jobs[i::workers] for i in range(workers)])
+        pool.map(worker or _compile_worker, [jobs[i::workers] for i in range(workers)])
     print(f"precompiled {len(jobs)} configs in {time.perf_counter() - began:.0f} s", flush=True)
 
 
@@ -326,6 +332,156 @@ def persistent_attempt(width, rows, quick):
     return entry
 
 
+@functools.lru_cache(maxsize=None)
+def _eviction_forward_kernel():
+    """The chunked forward with L2 eviction hints and a choice of the second pass's order.
+
+    FIRST: the policy of pass 1's x load (with the fused add: of the s store; x and the
+    residual, never read again, are loaded evict_first); SECOND: of pass 2's re-read;
+    REVERSE: pass 2 walks the chunks last first, as the shipped kernel does. Inductor's
+    looped RMSNorm reads pass 1 evict_last, pass 2 evict_first, in order."""
+    import triton
+    import triton.language as tl
+
+    global _rt
+    _rt, _ = _kernels()
+
+    @triton.jit
+    def fwd_chunked_evict(
+        X, W, Y, RSTD, R, S, n_rows, n_cols, eps, eps_low, size1, size2,
+        x_stride0, x_stride1, x_stride2,
+        BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+        ALIGN: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        FIRST: tl.constexpr, SECOND: tl.constexpr, REVERSE: tl.constexpr,
+    ):
+        n_cols = n_cols // ALIGN * ALIGN
+        rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        row_mask = rows < n_rows
+        x_offsets = _rt._row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
+        s_offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
+        n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
+        squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+        for chunk in range(n_chunks):
+            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            if HAS_RESIDUAL:
+                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy="evict_first")
+                r = tl.load(R + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy="evict_first")
+                x = _rt._add_residual(x, r)
+                tl.store(S + s_offsets[:, None] + cols[None, :], x, mask=mask,
+                         eviction_policy=FIRST)
+            else:
+                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy=FIRST)
+            x = x.to(COMPUTE_DTYPE)
+            squares += x * x
+        rstd = _rt._inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
+        for chunk in range(n_chunks):
+            if REVERSE:
+                cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            else:
+                cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            if HAS_RESIDUAL:
+                x = tl.load(S + s_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy=SECOND)
+            else:
+                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy=SECOND)
+            x = x.to(COMPUTE_DTYPE)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
+                        eviction_policy="evict_last").to(COMPUTE_DTYPE)
+            _rt._normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
+                                False)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+
+    return fwd_chunked_evict
+
+
+EVICTION_POLICIES = (("", ""), ("evict_last", "evict_first"), ("evict_last", ""))
+
+
+def eviction_variants(width: int, quick: bool = False):
+    """(policies, reverse, chunk, warps) of the eviction attempt at one width."""
+    chunks = (2048,) if width % 8 else (2048, 4096, 8192)
+    variants = [(first, second, reverse, chunk, warps)
+                for first, second in EVICTION_POLICIES for reverse in (True, False)
+                for chunk in chunks for warps in (8, 16, 32)]
+    return [v for v in variants if v[2] and v[3:] == (chunks[0], 8)] if quick else variants
+
+
+def _eviction_launch(kernel, args, rows, chunk, warps, first, second, reverse):
+    kernel[(rows,)](**args, BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second,
+                    REVERSE=reverse, num_warps=warps)
+
+
+def _eviction_compile_worker(jobs):
+    """Compile each (width, fused, variant) of the eviction attempt, never launching it."""
+    rt, _ = _kernels()
+    kernel = _eviction_forward_kernel()
+    for width, fused, (first, second, reverse, chunk, warps) in jobs:
+        x = torch.empty(ROWS, width, device=DEVICE, dtype=DTYPE)
+        w = torch.ones(width, device=DEVICE, dtype=DTYPE)
+        _, _, args = rt.forward_arguments(x, w, EPS, x if fused else None)
+        kernel.warmup(**args, BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second,
+                      REVERSE=reverse, num_warps=warps, grid=(ROWS,))
+
+
+def eviction_attempt(width, rows, quick, fused):
+    """The shipped forward against the eviction variants (_eviction_forward_kernel) and,
+    side by side, torch.compile of HF's module (Inductor's Triton kernel) and quack: plain,
+    or with ``fused`` the add + RMSNorm. y (and s) must equal the shipped kernel's."""
+    from bench.harness.contenders import fused_add_contenders, rmsnorm_contenders
+
+    rt, rf = _kernels()
+    kernel = _eviction_forward_kernel()
+    sets_n = 1 if quick else mode.rotating_input_sets((3 if fused else 2) * rows * width * 2,
+                                                     DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(width)
+    inputs = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                    for _ in range(2)) for _ in range(sets_n)]
+    weight = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+    prepared = [rt.forward_arguments(x, weight, EPS, r if fused else None) for x, r in inputs]
+    config = rt.forward_config(width, DEVICE, fused=fused)
+    entry = {"width": width, "fused": fused, "rows": rows, "input_sets": sets_n,
+             "shipped": _fields(config)}
+    entry["shipped"]["us"] = _time([lambda a=a: rt.launch_forward(a, config)
+                                    for _, _, a in prepared])
+    y0, _, args0 = prepared[0]
+    expected = (y0.clone(), args0["S"].clone())
+    entry["variants"] = []
+    for first, second, reverse, chunk, warps in eviction_variants(width, quick):
+        fields = {"first": first, "second": second, "reverse": reverse, "block_cols": chunk,
+                  "num_warps": warps}
+        launch = functools.partial(_eviction_launch, kernel, rows=rows, chunk=chunk,
+                                   warps=warps, first=first, second=second, reverse=reverse)
+        try:
+            y0.zero_()
+            launch(args0)
+            fields["y_matches_shipped"] = bool(torch.equal(y0, expected[0])
+                                               and torch.equal(args0["S"], expected[1]))
+        except Exception as error:
+            fields["error"] = f"{type(error).__name__}: {error}"[:300]
+            entry["variants"].append(fields)
+            continue
+        entry["variants"].append(_timed(fields, [lambda a=a: launch(a) for _, _, a in prepared]))
+    peers = {"fwd": {}, "fwd_bwd": {}, "errors": {}}
+    skipped = {}
+    if fused:
+        built = fused_add_contenders(["compile_hf", "quack"], width, DTYPE, DEVICE, skipped, EPS)
+        for name, (fn, w) in built.items():
+            time_fused_add(peers, name, fn, w, [(x, r, x, r) for x, r in inputs], replays=6)
+    else:
+        built = rmsnorm_contenders(["compile_hf", "quack"], width, DTYPE, DEVICE, skipped, EPS)
+        for name, (fn, w) in built.items():
+            time_contender(peers, name, fn, w, inputs, eager=False, replays=6)
+    entry["peers"] = {"fwd": {k: v["median_us"] for k, v in peers["fwd"].items()},
+                      "errors": peers["errors"], "skipped": skipped}
+    return entry
+
+
 def cluster_attempt(width, rows):
     """quack's way for wide rows: one row in registers across a cluster of num_ctas
     thread blocks. Records the compile error where Triton cannot build it."""
@@ -365,6 +521,8 @@ def main():
     parser.add_argument("--liger-widths", default="")
     parser.add_argument("--cluster-widths", default="")
     parser.add_argument("--persistent-widths", default="")
+    parser.add_argument("--eviction-widths", default="")
+    parser.add_argument("--eviction-fused-widths", default="")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -383,7 +541,8 @@ def main():
                           "timer": "median GPU time per call from CUDA-graph replays (8 calls "
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
-               "results": {"fused": [], "plain": [], "cluster": [], "persistent": []}}
+               "results": {"fused": [], "plain": [], "cluster": [], "persistent": [],
+                           "eviction": []}}
     results = payload["results"]
     stem = STEM + (f"-{args.tag}" if args.tag else "")
 
@@ -393,6 +552,9 @@ def main():
     fused_widths = (_widths(args.fused_widths) if args.fused_widths is not None
                     else QUICK_FUSED_WIDTHS if args.quick else list(SWEEP_WIDTHS))
     plain_widths, liger_widths = _widths(args.widths), set(_widths(args.liger_widths))
+    eviction_jobs = [(width, fused) for fused, text in ((False, args.eviction_widths),
+                                                        (True, args.eviction_fused_widths))
+                     for width in _widths(text)]
     if DEVICE == "cuda" and not args.no_precompile:
         jobs = [(kind, width, config) for width in fused_widths
                 for kind, direction in (("fused_fwd", "forward"), ("fused_bwd", "backward"))
@@ -403,6 +565,10 @@ def main():
         jobs += [(kind, width, None) for width in fused_widths for kind in ("fwd", "bwd")]
         jobs += [("liger", width, None) for width in sorted(liger_widths)]
         precompile(jobs, args.workers)
+        jobs = [(width, fused, variant) for width, fused in eviction_jobs
+                for variant in eviction_variants(width)]
+        if jobs:
+            precompile(jobs, args.workers, _eviction_compile_worker)
     if args.precompile_only:
         return
     began = time.perf_counter()
@@ -438,6 +604,13 @@ def main():
         best = _best(entry["persistent"])
         print(f"persistent {width}: shipped {entry['shipped']['us']:.1f} us, best persistent {best}",
               flush=True)
+    for width, fused in eviction_jobs:
+        entry = eviction_attempt(width, rows, args.quick, fused)
+        results["eviction"].append(entry)
+        save()
+        best = _best(entry["variants"])
+        print(f"eviction {width}{' fused' if fused else ''}: shipped {entry['shipped']['us']:.1f}"
+              f" us, best {best}, peers {entry['peers']['fwd']}", flush=True)
     for width in _widths(args.cluster_widths):
         results["cluster"] += cluster_attempt(width, rows)
         save()
