@@ -564,7 +564,8 @@ def main():
                  for config in plain_configs(width, direction)]
         jobs += [(kind, width, None) for width in fused_widths for kind in ("fwd", "bwd")]
         jobs += [("liger", width, None) for width in sorted(liger_widths)]
-        precompile(jobs, args.workers)
+        if jobs:
+            precompile(jobs, args.workers)
         jobs = [(width, fused, variant) for width, fused in eviction_jobs
                 for variant in eviction_variants(width)]
         if jobs:
