@@ -422,11 +422,12 @@ def _eviction_compile_worker(jobs):
     rt, _ = _kernels()
     kernel = _eviction_forward_kernel()
     for width, fused, (first, second, reverse, chunk, warps) in jobs:
-        x = torch.empty(ROWS, width, device=DEVICE, dtype=DTYPE)
+        # 16 rows: the binary ROWS rows run (Triton specializes both as multiples of 16)
+        x = torch.empty(16, width, device=DEVICE, dtype=DTYPE)
         w = torch.ones(width, device=DEVICE, dtype=DTYPE)
         _, _, args = rt.forward_arguments(x, w, EPS, x if fused else None)
         kernel.warmup(**args, BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second,
-                      REVERSE=reverse, num_warps=warps, grid=(ROWS,))
+                      REVERSE=reverse, num_warps=warps, grid=(16,))
 
 
 def eviction_attempt(width, rows, quick, fused):
