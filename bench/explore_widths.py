@@ -339,7 +339,9 @@ def _eviction_forward_kernel():
     FIRST: the policy of pass 1's x load (with the fused add: of the s store; x and the
     residual, never read again, are loaded evict_first); SECOND: of pass 2's re-read;
     REVERSE: pass 2 walks the chunks last first, as the shipped kernel does. Inductor's
-    looped RMSNorm reads pass 1 evict_last, pass 2 evict_first, in order."""
+    looped RMSNorm reads pass 1 evict_last, pass 2 evict_first, in order. N_COLS > 0:
+    the width as a constant (Inductor's kernels have it so); UNROLL: tl.range's
+    loop_unroll_factor."""
     import triton
     import triton.language as tl
 
@@ -353,15 +355,19 @@ def _eviction_forward_kernel():
         BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
         ALIGN: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         FIRST: tl.constexpr, SECOND: tl.constexpr, REVERSE: tl.constexpr,
+        N_COLS: tl.constexpr, UNROLL: tl.constexpr,
     ):
-        n_cols = n_cols // ALIGN * ALIGN
+        if N_COLS > 0:  # the width as a constant, as Inductor compiles it: fixed trip counts
+            n_cols = N_COLS
+        else:
+            n_cols = n_cols // ALIGN * ALIGN
         rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
         row_mask = rows < n_rows
         x_offsets = _rt._row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
         s_offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
         n_chunks = tl.cdiv(n_cols, BLOCK_COLS)
         squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
-        for chunk in range(n_chunks):
+        for chunk in tl.range(0, n_chunks, loop_unroll_factor=UNROLL):
             cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
             if HAS_RESIDUAL:
@@ -378,7 +384,7 @@ def _eviction_forward_kernel():
             x = x.to(COMPUTE_DTYPE)
             squares += x * x
         rstd = _rt._inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
-        for chunk in range(n_chunks):
+        for chunk in tl.range(0, n_chunks, loop_unroll_factor=UNROLL):
             if REVERSE:
                 cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             else:
@@ -400,34 +406,45 @@ def _eviction_forward_kernel():
     return fwd_chunked_evict
 
 
-EVICTION_POLICIES = (("", ""), ("evict_last", "evict_first"), ("evict_last", ""))
+# (pass 1 policy, pass 2 policy, pass 2 last chunk first): the shipped kernel's order
+# without hints, and Inductor's (explore-widths-080ebee-eviction.json: the other mixes
+# were no faster)
+EVICTION_STYLES = (("", "", True), ("evict_last", "evict_first", False))
+UNROLLS = (1, 4)  # tl.range's loop_unroll_factor
 
 
 def eviction_variants(width: int, quick: bool = False):
-    """(policies, reverse, chunk, warps) of the eviction attempt at one width."""
+    """(first, second, reverse, chunk, warps, constant width, unroll) of the eviction
+    attempt at one width."""
     chunks = (2048,) if width % 8 else (2048, 4096, 8192)
-    variants = [(first, second, reverse, chunk, warps)
-                for first, second in EVICTION_POLICIES for reverse in (True, False)
+    variants = [(first, second, reverse, chunk, warps, constant, unroll)
+                for first, second, reverse in EVICTION_STYLES
+                for constant in (False, True) for unroll in UNROLLS
                 for chunk in chunks for warps in (8, 16, 32)]
-    return [v for v in variants if v[2] and v[3:] == (chunks[0], 8)] if quick else variants
+    return [v for v in variants if v[3:5] == (chunks[0], 8)][:4] if quick else variants
 
 
-def _eviction_launch(kernel, args, rows, chunk, warps, first, second, reverse):
-    kernel[(rows,)](**args, BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second,
-                    REVERSE=reverse, num_warps=warps)
+def _eviction_constexprs(width, chunk, first, second, reverse, constant, unroll):
+    return dict(BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second, REVERSE=reverse,
+                N_COLS=width if constant else 0, UNROLL=unroll)
+
+
+def _eviction_launch(kernel, args, rows, warps, **constexprs):
+    kernel[(rows,)](**args, **constexprs, num_warps=warps)
 
 
 def _eviction_compile_worker(jobs):
     """Compile each (width, fused, variant) of the eviction attempt, never launching it."""
     rt, _ = _kernels()
     kernel = _eviction_forward_kernel()
-    for width, fused, (first, second, reverse, chunk, warps) in jobs:
+    for width, fused, (first, second, reverse, chunk, warps, constant, unroll) in jobs:
         # 16 rows: the binary ROWS rows run (Triton specializes both as multiples of 16)
         x = torch.empty(16, width, device=DEVICE, dtype=DTYPE)
         w = torch.ones(width, device=DEVICE, dtype=DTYPE)
         _, _, args = rt.forward_arguments(x, w, EPS, x if fused else None)
-        kernel.warmup(**args, BLOCK_ROWS=1, BLOCK_COLS=chunk, FIRST=first, SECOND=second,
-                      REVERSE=reverse, num_warps=warps, grid=(16,))
+        kernel.warmup(**args, **_eviction_constexprs(width, chunk, first, second, reverse,
+                                                     constant, unroll),
+                      num_warps=warps, grid=(16,))
 
 
 def eviction_attempt(width, rows, quick, fused):
@@ -453,11 +470,12 @@ def eviction_attempt(width, rows, quick, fused):
     y0, _, args0 = prepared[0]
     expected = (y0.clone(), args0["S"].clone())
     entry["variants"] = []
-    for first, second, reverse, chunk, warps in eviction_variants(width, quick):
+    for first, second, reverse, chunk, warps, constant, unroll in eviction_variants(width, quick):
         fields = {"first": first, "second": second, "reverse": reverse, "block_cols": chunk,
-                  "num_warps": warps}
-        launch = functools.partial(_eviction_launch, kernel, rows=rows, chunk=chunk,
-                                   warps=warps, first=first, second=second, reverse=reverse)
+                  "num_warps": warps, "constant_width": constant, "unroll": unroll}
+        launch = functools.partial(_eviction_launch, kernel, rows=rows, warps=warps,
+                                   **_eviction_constexprs(width, chunk, first, second,
+                                                          reverse, constant, unroll))
         try:
             y0.zero_()
             launch(args0)
