@@ -104,7 +104,9 @@ H200_FORWARD = (
     Rung(10240, 1, 2),  # 8192 + 2048 (explore-widths-eb8e954-plain10k.json)
     Rung(12288, 1, 4),  # 8192 + 4096
     Rung(MAX_COLS, 1, 8),
-    Rung(ANY_WIDTH, 1, 16, chunks=(8192, 4096)),  # 20480 = 5 x 4096
+    # 20480 = 5 x 4096; 32 warps with L2 hints and a constant width
+    # (explore-widths-a60ed77-eviction-unroll.json)
+    Rung(ANY_WIDTH, 1, 32, chunks=(8192, 4096)),
 )
 
 H200_BACKWARD = (
@@ -216,9 +218,10 @@ def candidates(direction: str, n_cols: int, block_cols: int, tail_cols: int):
         configs += [LaunchConfig(r, block_cols, tail_cols, w, p)
                     for r in rows for w in warps for p in per_sm]
     if n_cols >= 4096:
+        chunked_warps = (4, 8, 16, 32) if direction == "forward" else (4, 8, 16)
         configs += [LaunchConfig(r, chunk, 0, w, p, chunked=True)
                     for chunk in CHUNKS for r in (1, 2)
-                    for w in (4, 8, 16) for p in per_sm[:2]]
+                    for w in chunked_warps for p in per_sm[:2]]
     return configs
 
 

@@ -48,18 +48,21 @@ def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.conste
 
 
 @triton.jit
-def _load_tile(X, offsets, cols, row_mask, n_cols):
+def _load_tile(X, offsets, cols, row_mask, n_cols, EVICT: tl.constexpr = tl.constexpr("")):
     # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
+    # EVICT, an L2 hint: "evict_last" for data read again soon, "evict_first" for not.
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
-    return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0)
+    return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0,
+                   eviction_policy=EVICT)
 
 
 @triton.jit
-def _store_tile(Y, values, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr):
+def _store_tile(Y, values, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr,
+                EVICT: tl.constexpr = tl.constexpr("")):
     # A tile of a contiguous (n_rows, n_cols) output, in the output's dtype.
     offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
     tl.store(Y + offsets[:, None] + cols[None, :], values.to(Y.dtype.element_ty),
-             mask=row_mask[:, None] & (cols < n_cols)[None, :])
+             mask=row_mask[:, None] & (cols < n_cols)[None, :], eviction_policy=EVICT)
 
 
 @triton.jit
@@ -405,7 +408,7 @@ def rms_norm_bwd_reread_kernel(
 @triton.jit
 def rms_norm_fwd_chunked_kernel(
     X, W, Y, RSTD, R, S,
-    n_rows, n_cols, eps, eps_low,
+    n_rows, n_cols: tl.constexpr, eps, eps_low,  # the width as a constant, as Inductor has it
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,  # the chunk: rows of any width are walked chunk by chunk
@@ -414,9 +417,9 @@ def rms_norm_fwd_chunked_kernel(
     HAS_RESIDUAL: tl.constexpr,
 ):
     # For rows too wide for registers. Pass 1 sums squares chunk by chunk (the
-    # fused add stores s there); pass 2 reads the row again (x, or the stored s),
-    # last chunk first, so most of it still comes from L2.
-    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
+    # fused add stores s there) and asks L2 to keep what pass 2 reads again; pass 2
+    # reads it (x, or the stored s) and lets it go. A constant n_cols fixes both
+    # loops' trip counts and masks at compile time (one binary per width).
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
@@ -424,20 +427,25 @@ def rms_norm_fwd_chunked_kernel(
     squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for chunk in range(n_chunks):
         cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        x = _load_tile(X, x_offsets, cols, row_mask, n_cols)
-        if HAS_RESIDUAL:
-            x = _add_residual(x, _load_tile(R, x_offsets, cols, row_mask, n_cols))
-            _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN)
+        if HAS_RESIDUAL:  # x and residual are read once; s is read again
+            x = _add_residual(
+                _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first"),
+                _load_tile(R, x_offsets, cols, row_mask, n_cols, "evict_first"))
+            _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN, "evict_last")
+        else:
+            x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_last")
         x = x.to(COMPUTE_DTYPE)
         squares += x * x
     rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
     for chunk in range(n_chunks):
-        cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
         if HAS_RESIDUAL:  # S has X's (contiguous) layout
-            x = _load_tile(S, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
+            x = _load_tile(S, x_offsets, cols, row_mask, n_cols, "evict_first")
         else:
-            x = _load_tile(X, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
-        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+            x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first")
+        x = x.to(COMPUTE_DTYPE)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
+                    eviction_policy="evict_last").to(COMPUTE_DTYPE)
         _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
                          False)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -446,7 +454,7 @@ def rms_norm_fwd_chunked_kernel(
 @triton.jit
 def rms_norm_bwd_row_stats_kernel(
     DY, X, W, RSTD, ROW_STATS,
-    n_rows, n_cols, eps, eps_low,
+    n_rows, n_cols: tl.constexpr, eps, eps_low,  # a constant, as in the chunked forward
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -457,7 +465,6 @@ def rms_norm_bwd_row_stats_kernel(
     # Step 1 of the chunked backward: the two numbers per row that every column
     # chunk needs, rstd and c = mean(w*dy * x_hat). Whole rows, chunk by chunk in
     # a fixed order: the same bits on every run.
-    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
