@@ -57,12 +57,11 @@ def _load_tile(X, offsets, cols, row_mask, n_cols, EVICT: tl.constexpr = tl.cons
 
 
 @triton.jit
-def _store_tile(Y, values, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr,
-                EVICT: tl.constexpr = tl.constexpr("")):
+def _store_tile(Y, values, rows, cols, row_mask, n_cols, ALIGN: tl.constexpr):
     # A tile of a contiguous (n_rows, n_cols) output, in the output's dtype.
     offsets = tl.multiple_of(rows.to(tl.int64) * n_cols, ALIGN)
     tl.store(Y + offsets[:, None] + cols[None, :], values.to(Y.dtype.element_ty),
-             mask=row_mask[:, None] & (cols < n_cols)[None, :], eviction_policy=EVICT)
+             mask=row_mask[:, None] & (cols < n_cols)[None, :])
 
 
 @triton.jit
@@ -408,18 +407,24 @@ def rms_norm_bwd_reread_kernel(
 @triton.jit
 def rms_norm_fwd_chunked_kernel(
     X, W, Y, RSTD, R, S,
-    n_rows, n_cols: tl.constexpr, eps, eps_low,  # the width as a constant, as Inductor has it
+    n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,  # the chunk: rows of any width are walked chunk by chunk
     COMPUTE_DTYPE: tl.constexpr,
     ALIGN: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    WIDTH: tl.constexpr,  # n_cols as a compile-time constant, or 0 (the fused add)
 ):
-    # For rows too wide for registers. Pass 1 sums squares chunk by chunk (the
-    # fused add stores s there) and asks L2 to keep what pass 2 reads again; pass 2
-    # reads it (x, or the stored s) and lets it go. A constant n_cols fixes both
-    # loops' trip counts and masks at compile time (one binary per width).
+    # For rows too wide for registers. Pass 1 sums squares chunk by chunk; pass 2
+    # reads the row again, so most of it comes from L2. The plain norm, as Inductor
+    # compiles it: a constant width (fixed trip counts and masks), and L2 hints that
+    # keep x from pass 1 to pass 2 and then let it go. The fused add stores s in
+    # pass 1 and reads it back last chunk first, without hints (they measured slower).
+    if WIDTH > 0:
+        n_cols = WIDTH
+    else:
+        n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
@@ -427,34 +432,33 @@ def rms_norm_fwd_chunked_kernel(
     squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
     for chunk in range(n_chunks):
         cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        if HAS_RESIDUAL:  # x and residual are read once; s is read again
-            x = _add_residual(
-                _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first"),
-                _load_tile(R, x_offsets, cols, row_mask, n_cols, "evict_first"))
-            _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN, "evict_last")
+        if HAS_RESIDUAL:
+            x = _add_residual(_load_tile(X, x_offsets, cols, row_mask, n_cols),
+                              _load_tile(R, x_offsets, cols, row_mask, n_cols))
+            _store_tile(S, x, rows, cols, row_mask, n_cols, ALIGN)
         else:
             x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_last")
         x = x.to(COMPUTE_DTYPE)
         squares += x * x
     rstd = _inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
     for chunk in range(n_chunks):
-        cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
         if HAS_RESIDUAL:  # S has X's (contiguous) layout
-            x = _load_tile(S, x_offsets, cols, row_mask, n_cols, "evict_first")
+            cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+            x = _load_tile(S, x_offsets, cols, row_mask, n_cols)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
         else:
+            cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first")
-        x = x.to(COMPUTE_DTYPE)
-        w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
-                    eviction_policy="evict_last").to(COMPUTE_DTYPE)
-        _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
-                         False)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+        _normalize_store(X, Y, S, x.to(COMPUTE_DTYPE), w.to(COMPUTE_DTYPE), rstd, rows,
+                         cols, row_mask, n_cols, ALIGN, False)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
 def rms_norm_bwd_row_stats_kernel(
     DY, X, W, RSTD, ROW_STATS,
-    n_rows, n_cols: tl.constexpr, eps, eps_low,  # a constant, as in the chunked forward
+    n_rows, n_cols, eps, eps_low,
     size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
@@ -465,6 +469,7 @@ def rms_norm_bwd_row_stats_kernel(
     # Step 1 of the chunked backward: the two numbers per row that every column
     # chunk needs, rstd and c = mean(w*dy * x_hat). Whole rows, chunk by chunk in
     # a fixed order: the same bits on every run.
+    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
@@ -796,9 +801,13 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
 
 def launch_forward(args: dict, config: LaunchConfig) -> None:
     """The forward kernel (register or chunked) over forward_arguments' args."""
-    kernel = rms_norm_fwd_chunked_kernel if config.chunked else rms_norm_fwd_kernel
-    kernel[(triton.cdiv(args["n_rows"], config.block_rows),)](
-        **args, **config.constexprs(), num_warps=config.num_warps)
+    grid = (triton.cdiv(args["n_rows"], config.block_rows),)
+    if config.chunked:  # the plain norm compiles one binary per width (WIDTH)
+        width = 0 if args["HAS_RESIDUAL"] else args["n_cols"]
+        rms_norm_fwd_chunked_kernel[grid](**args, **config.constexprs(), WIDTH=width,
+                                          num_warps=config.num_warps)
+    else:
+        rms_norm_fwd_kernel[grid](**args, **config.constexprs(), num_warps=config.num_warps)
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,

@@ -45,7 +45,10 @@ cases = {
     "fwd": (rt.rms_norm_fwd_kernel, dict(common, BLOCK_ROWS=2, BLOCK_COLS=256, TAIL_COLS=64,
                                         HAS_RESIDUAL=True)),
     "fwd_chunked": (rt.rms_norm_fwd_chunked_kernel, dict(common, BLOCK_ROWS=1, BLOCK_COLS=256,
-                                                        HAS_RESIDUAL=False)),
+                                                        HAS_RESIDUAL=False, WIDTH=1024)),
+    "fwd_chunked_fused": (rt.rms_norm_fwd_chunked_kernel,
+                          dict(common, BLOCK_ROWS=1, BLOCK_COLS=256, HAS_RESIDUAL=True,
+                               WIDTH=0)),
     "bwd_recompute": (rt.rms_norm_bwd_kernel, dict(common, BLOCK_ROWS=2, BLOCK_COLS=256,
                                                   TAIL_COLS=64, COMPUTE_DW=True,
                                                   RECOMPUTE_RSTD=True, HAS_DS=True,
@@ -65,7 +68,8 @@ def test_fp64_eps_from_inductor_keeps_the_math_in_fp32():
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     fp64_tensors = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(fp64_tensors) == {"fwd", "fwd_chunked", "bwd_recompute", "row_stats_recompute"}
+    assert set(fp64_tensors) == {"fwd", "fwd_chunked", "fwd_chunked_fused", "bwd_recompute",
+                                "row_stats_recompute"}
     assert fp64_tensors == {name: [] for name in fp64_tensors}, fp64_tensors
 
 
