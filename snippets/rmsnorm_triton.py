@@ -48,7 +48,8 @@ def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.conste
 
 
 @triton.jit
-def _load_tile(X, offsets, cols, row_mask, n_cols, EVICT: tl.constexpr = tl.constexpr("")):
+def _load_tile(X, offsets, cols, row_mask, n_cols,
+               EVICT: tl.constexpr = tl.constexpr("")):
     # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
     # EVICT, an L2 hint: "evict_last" for data read again soon, "evict_first" for not.
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
@@ -423,8 +424,8 @@ def rms_norm_fwd_chunked_kernel(
     # pass 1 and reads it back last chunk first, without hints (they measured slower).
     if WIDTH > 0:
         n_cols = WIDTH
-    else:
-        n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
+    else:  # the same value: tells Triton ALIGN divides it
+        n_cols = n_cols // ALIGN * ALIGN
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2, ALIGN)
@@ -449,7 +450,8 @@ def rms_norm_fwd_chunked_kernel(
         else:
             cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first")
-            w = tl.load(W + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
+                        eviction_policy="evict_last")
         _normalize_store(X, Y, S, x.to(COMPUTE_DTYPE), w.to(COMPUTE_DTYPE), rstd, rows,
                          cols, row_mask, n_cols, ALIGN, False)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -807,7 +809,8 @@ def launch_forward(args: dict, config: LaunchConfig) -> None:
         rms_norm_fwd_chunked_kernel[grid](**args, **config.constexprs(), WIDTH=width,
                                           num_warps=config.num_warps)
     else:
-        rms_norm_fwd_kernel[grid](**args, **config.constexprs(), num_warps=config.num_warps)
+        rms_norm_fwd_kernel[grid](**args, **config.constexprs(),
+                                  num_warps=config.num_warps)
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
