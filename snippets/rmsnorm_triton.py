@@ -48,13 +48,10 @@ def _row_offsets(rows, size1, size2, stride0, stride1, stride2, ALIGN: tl.conste
 
 
 @triton.jit
-def _load_tile(X, offsets, cols, row_mask, n_cols,
-               EVICT: tl.constexpr = tl.constexpr("")):
-    # One (rows, cols) tile of a row-strided tensor in its own dtype; padding reads 0.
-    # EVICT, an L2 hint: "evict_last" for data read again soon, "evict_first" for not.
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
-    return tl.load(X + offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                   eviction_policy=EVICT)
+def _load_tile(X, offsets, cols, row_mask, n_cols, EVICT: tl.constexpr = None):
+    # A (rows, cols) tile in its own dtype, padding read as 0; EVICT: an L2 hint.
+    return tl.load(X + offsets[:, None] + cols[None, :], eviction_policy=EVICT,
+                   mask=row_mask[:, None] & (cols < n_cols)[None, :], other=0.0)
 
 
 @triton.jit
@@ -445,15 +442,16 @@ def rms_norm_fwd_chunked_kernel(
     for chunk in range(n_chunks):
         if HAS_RESIDUAL:  # S has X's (contiguous) layout
             cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            x = _load_tile(S, x_offsets, cols, row_mask, n_cols)
+            x = _load_tile(S, x_offsets, cols, row_mask, n_cols).to(COMPUTE_DTYPE)
             w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
         else:
             cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             x = _load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first")
             w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
                         eviction_policy="evict_last")
-        _normalize_store(X, Y, S, x.to(COMPUTE_DTYPE), w.to(COMPUTE_DTYPE), rstd, rows,
-                         cols, row_mask, n_cols, ALIGN, False)
+            x = x.to(COMPUTE_DTYPE)
+        _normalize_store(X, Y, S, x, w.to(COMPUTE_DTYPE), rstd, rows, cols, row_mask,
+                         n_cols, ALIGN, False)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
