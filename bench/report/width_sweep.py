@@ -273,8 +273,12 @@ def article_sentence(data) -> str:
     chunked = cfg["chunked_backward_above"]
     wide = [w for w in behind if w > chunked]
     if wide:
-        text += (f"；forward + backward 落后的 {len(behind)} 个宽度都宽于 {chunked}" if len(wide) == len(behind)
-                 else f"；forward + backward 落后的 {len(behind)} 个宽度里 {len(wide)} 个宽于 {chunked}")
+        if len(behind) == 1:
+            text += f"；forward + backward 只在 H={behind[0]} 落后，宽于 {chunked}"
+        elif len(wide) == len(behind):
+            text += f"；forward + backward 落后的 {len(behind)} 个宽度都宽于 {chunked}"
+        else:
+            text += f"；forward + backward 落后的 {len(behind)} 个宽度里 {len(wide)} 个宽于 {chunked}"
     return text + "。\n"
 
 
@@ -293,7 +297,13 @@ def wide_forward_sentence(data) -> str:
     parts = []
     for r in rows:
         kind = f"（{TRITON_PEERS[r['peer']]}）" if r["peer"] in TRITON_PEERS else ""
-        parts.append(f"H={r['width']} 是 {OP_LABELS[r['peer']]}{kind}，生产版是它速度的 {r['ratio']:.2f}×")
+        if r["ratio"] >= 1 + tie(cfg):
+            versus = f"生产版比它快（{r['ratio']:.2f}×）"
+        elif r["ratio"] >= 1 - tie(cfg):
+            versus = f"生产版与它持平（{r['ratio']:.2f}×）"
+        else:
+            versus = f"生产版是它速度的 {r['ratio']:.2f}×"
+        parts.append(f"H={r['width']} 是 {OP_LABELS[r['peer']]}{kind}，{versus}")
     return f"宽于 {bound} 的行，forward 最快的对手：" + "；".join(parts) + "。\n"
 
 
