@@ -81,19 +81,24 @@ def graph_breaks(fn, *args, **kwargs):
 
 
 @pytest.mark.gpu
-def test_modules_compile_fullgraph_and_match_eager():  # pragma: gpu only
+@pytest.mark.parametrize("width, dynamic", [(1024, False), (20480, False), (20480, True)])
+def test_modules_compile_fullgraph_and_match_eager(width, dynamic):  # pragma: gpu only
+    """Both modules under torch.compile(fullgraph=True): the register kernels (1024) and the
+    chunked ones (20480, whose plain forward takes its width as a constexpr), also with
+    dynamic=True, where the row count is symbolic and the width still a constant."""
     from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
     from rmsnorm_triton import TritonQwen3RMSNorm
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x, r, dy, ds = (torch.randn(256, 1024, device="cuda", generator=gen).to(torch.bfloat16)
+    x, r, dy, ds = (torch.randn(64, width, device="cuda", generator=gen).to(torch.bfloat16)
                     for _ in range(4))
-    for module, inputs, grads in ((TritonQwen3RMSNorm(1024), (x,), (dy,)),
-                                  (TritonQwen3FusedAddRMSNorm(1024), (x, r), (dy, ds))):
+    for module, inputs, grads in ((TritonQwen3RMSNorm(width), (x,), (dy,)),
+                                  (TritonQwen3FusedAddRMSNorm(width), (x, r), (dy, ds))):
         module = module.cuda().to(torch.bfloat16)
         assert graph_breaks(module, *inputs) == 0
         results = []
-        for fn in (module, torch.compile(module, fullgraph=True)):
+        torch._dynamo.reset()
+        for fn in (module, torch.compile(module, fullgraph=True, dynamic=dynamic)):
             leaves = [t.clone().requires_grad_() for t in inputs]
             outputs = fn(*leaves)
             outputs = outputs if isinstance(outputs, tuple) else (outputs,)
