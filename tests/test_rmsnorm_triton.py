@@ -948,24 +948,14 @@ def test_launch_takes_the_ladder_of_the_device(device, monkeypatch):
     assert calls == [("forward_config", 80, x.device, False), ("backward_config", 80, x.device, False)]
 
 
-class _RecordingKernel:
-    """Stands in for a Triton kernel: records each launch's keyword arguments."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        return lambda **kwargs: self.launches.append(kwargs)
-
-
 @pytest.mark.parametrize("fused", [False, True])
 def test_the_chunked_forward_compiles_the_plain_width_as_a_constant(fused, monkeypatch):
     """The rule launch_forward implements (explore-widths-a60ed77-eviction-unroll.json): the plain
     chunked forward gets its row width as the constexpr WIDTH (one binary per width, fixed trip
     counts and masks); the fused add's gets 0 and keeps the runtime width. Checked on the
     arguments of the launch, not on timing."""
-    recorder = _RecordingKernel()
-    monkeypatch.setattr(rmsnorm_triton, "rms_norm_fwd_chunked_kernel", recorder)
+    spy = LaunchSpy(rmsnorm_triton.rms_norm_fwd_chunked_kernel)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_fwd_chunked_kernel", spy)
     width = 20480
     x = torch.zeros(4, width, dtype=torch.bfloat16)
     residual = x if fused else None
@@ -974,6 +964,6 @@ def test_the_chunked_forward_compiles_the_plain_width_as_a_constant(fused, monke
     config = rmsnorm_triton.forward_config(width, "cpu", fused=fused)
     assert config.chunked
     rmsnorm_triton.launch_forward(args, config)
-    (launch,) = recorder.launches
+    ((_, launch),) = spy.launches
     assert launch["WIDTH"] == (0 if fused else width)
     assert launch["n_cols"] == width and launch["num_warps"] == config.num_warps
