@@ -21,10 +21,10 @@ docs/data/<gpu>/explore-widths-<commit>.json).
 * ``persistent`` (``--persistent-widths``): the shipped chunked forward against the same
   chunks on a persistent grid (SMs x 1..8 programs), which bounds the rows in flight.
 * ``eviction`` (``--eviction-widths``, ``--eviction-fused-widths``): the shipped chunked
-  forward (plain, or the fused add) against the same kernel with L2 eviction hints on its
-  two passes and either order of the second pass, at chunks of 2048 to 8192 and 8 to 32
-  warps, next to ``torch.compile`` of HF's module (Inductor's looped reduction: pass 1
-  ``evict_last``, pass 2 ``evict_first``) and quack.
+  forward (plain, or the fused add) against the same kernel with or without L2 eviction
+  hints (Inductor's looped reduction: pass 1 ``evict_last``, pass 2 ``evict_first``), the
+  width as a runtime value or a constant, and tl.range unrolling, at chunks of 2048 to
+  8192 and 8 to 32 warps, next to ``torch.compile`` of HF's module and quack.
 
 Eager against ``torch.compile`` is bench/exp_compile.py's (``python -m bench.run_all
 compile``); explore-widths-be832ca.json holds that diagnostic's first run.
@@ -369,18 +369,14 @@ def _eviction_forward_kernel():
         squares = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
         for chunk in tl.range(0, n_chunks, loop_unroll_factor=UNROLL):
             cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
             if HAS_RESIDUAL:
-                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                            eviction_policy="evict_first")
-                r = tl.load(R + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                            eviction_policy="evict_first")
-                x = _rt._add_residual(x, r)
-                tl.store(S + s_offsets[:, None] + cols[None, :], x, mask=mask,
-                         eviction_policy=FIRST)
+                x = _rt._add_residual(
+                    _rt._load_tile(X, x_offsets, cols, row_mask, n_cols, "evict_first"),
+                    _rt._load_tile(R, x_offsets, cols, row_mask, n_cols, "evict_first"))
+                tl.store(S + s_offsets[:, None] + cols[None, :], x, eviction_policy=FIRST,
+                         mask=row_mask[:, None] & (cols < n_cols)[None, :])
             else:
-                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                            eviction_policy=FIRST)
+                x = _rt._load_tile(X, x_offsets, cols, row_mask, n_cols, FIRST)
             x = x.to(COMPUTE_DTYPE)
             squares += x * x
         rstd = _rt._inv_rms(tl.sum(squares, axis=1) / n_cols, eps, eps_low, COMPUTE_DTYPE)
@@ -389,13 +385,10 @@ def _eviction_forward_kernel():
                 cols = (n_chunks - 1 - chunk) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
             else:
                 cols = chunk * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
             if HAS_RESIDUAL:
-                x = tl.load(S + s_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                            eviction_policy=SECOND)
+                x = _rt._load_tile(S, s_offsets, cols, row_mask, n_cols, SECOND)
             else:
-                x = tl.load(X + x_offsets[:, None] + cols[None, :], mask=mask, other=0.0,
-                            eviction_policy=SECOND)
+                x = _rt._load_tile(X, x_offsets, cols, row_mask, n_cols, SECOND)
             x = x.to(COMPUTE_DTYPE)
             w = tl.load(W + cols, mask=cols < n_cols, other=0.0,
                         eviction_policy="evict_last").to(COMPUTE_DTYPE)
