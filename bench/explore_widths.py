@@ -494,6 +494,55 @@ def eviction_attempt(width, rows, quick, fused):
     return entry
 
 
+def fresh_backward_configs(width: int, quick: bool = False):
+    """The shipped chunked backward config (first and last) and its neighbours."""
+    rt, _ = _kernels()
+    shipped = rt.backward_config(width, DEVICE)
+    configs = [rt.LaunchConfig(r, chunk, 0, warps, per_sm, chunked=True)
+               for chunk in (8192, 4096) for r in (2, 1) for warps in (16, 8)
+               for per_sm in (1, 2)]
+    configs = [shipped] + [c for c in configs if c != shipped] + [shipped]
+    return configs[:2] if quick else configs
+
+
+def _fresh_backward_worker(config, widths, rows, quick):
+    """One config's plain and fused (ds) backward at each width, in this process alone."""
+    rt, rf = _kernels()
+    out = []
+    for width in widths:
+        sets_n = 1 if quick else mode.rotating_input_sets(4 * rows * width * 2, DEVICE)
+        gen = torch.Generator(device=DEVICE).manual_seed(width)
+        sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                      for _ in range(3)) for _ in range(sets_n)]  # x, dy, ds
+        w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+        rstds = [rt.rms_norm_forward(x, w, EPS)[1] for x, _, _ in sets]
+        entry = _fields(config) | {"width": width, "input_sets": sets_n}
+        entry["plain_us"] = _timed({}, [
+            lambda x=x, dy=dy, r=r: rt.rms_norm_backward(dy, x, w, r, config=config)
+            for (x, dy, _), r in zip(sets, rstds)]).get("us")
+        entry["fused_us"] = _timed({}, [
+            lambda x=x, dy=dy, ds=ds, r=r:
+            rf.fused_add_rms_norm_backward(dy, ds, x, w, r, config=config)
+            for (x, dy, ds), r in zip(sets, rstds)]).get("us")
+        out.append(entry)
+        del sets, rstds
+    return out
+
+
+def fresh_backward_attempt(widths, rows, quick):
+    """fresh_backward_configs, each in a new process (nothing timed before it there)."""
+    ctx = multiprocessing.get_context("spawn")
+    entries = []
+    for order, config in enumerate(fresh_backward_configs(widths[0], quick)):
+        with ctx.Pool(1) as pool:
+            timed = pool.apply(_fresh_backward_worker, (config, widths, rows, quick))
+        for entry in timed:
+            entry["order"] = order
+            print(f"fresh backward {entry}", flush=True)
+        entries += timed
+    return entries
+
+
 def cluster_attempt(width, rows):
     """quack's way for wide rows: one row in registers across a cluster of num_ctas
     thread blocks. Records the compile error where Triton cannot build it."""
@@ -535,6 +584,7 @@ def main():
     parser.add_argument("--persistent-widths", default="")
     parser.add_argument("--eviction-widths", default="")
     parser.add_argument("--eviction-fused-widths", default="")
+    parser.add_argument("--fresh-backward-widths", default="")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -554,7 +604,7 @@ def main():
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
                "results": {"fused": [], "plain": [], "cluster": [], "persistent": [],
-                           "eviction": []}}
+                           "eviction": [], "fresh_backward": []}}
     results = payload["results"]
     stem = STEM + (f"-{args.tag}" if args.tag else "")
 
@@ -582,6 +632,11 @@ def main():
                 for variant in eviction_variants(width)]
         if jobs:
             precompile(jobs, args.workers, _eviction_compile_worker)
+        fresh_widths = _widths(args.fresh_backward_widths)
+        jobs = [(kind, width, config) for width in fresh_widths
+                for config in fresh_backward_configs(width) for kind in ("bwd", "fused_bwd")]
+        if jobs:
+            precompile(jobs, args.workers)
     if args.precompile_only:
         return
     began = time.perf_counter()
@@ -624,6 +679,10 @@ def main():
         best = _best(entry["variants"])
         print(f"eviction {width}{' fused' if fused else ''}: shipped {entry['shipped']['us']:.1f}"
               f" us, best {best}, peers {entry['peers']['fwd']}", flush=True)
+    if args.fresh_backward_widths:
+        results["fresh_backward"] = fresh_backward_attempt(
+            _widths(args.fresh_backward_widths), rows, args.quick)
+        save()
     for width in _widths(args.cluster_widths):
         results["cluster"] += cluster_attempt(width, rows)
         save()
