@@ -24,7 +24,6 @@ interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
 import functools
 import os
-import struct
 
 # --8<-- [start:imports]
 import torch
@@ -709,10 +708,18 @@ def _covers(config: LaunchConfig, n_cols: int) -> bool:
 
 
 def split_eps(eps: float, compute) -> tuple[float, float]:
-    """Triton passes Python floats as fp32. For fp64 math, send eps as fp32 high
-    part + fp32 remainder so that their fp64 sum is eps to ~1e-16."""
-    high = struct.unpack("f", struct.pack("f", eps))[0]
-    return high, (eps - high if compute == tl.float64 else 0.0)
+    """Triton passes Python floats as fp32. For fp64 math, send eps as a high part
+    that fp32 holds exactly + the remainder, whose fp64 sum is eps to ~1e-16.
+
+    Plain float arithmetic (Veltkamp's split to 24 bits), not struct: torch.compile
+    makes eps symbolic when a second value is seen (or with dynamic=True), and
+    Dynamo cannot trace struct.pack on a symbolic float.
+    """
+    if compute != tl.float64:
+        return eps, 0.0  # Triton rounds it to fp32, as the math needs
+    scaled = eps * 536870913.0  # 2**29 + 1: keeps 53 - 29 = 24 significant bits
+    high = scaled - (scaled - eps)
+    return high, eps - high
 
 
 def row_alignment(n_cols: int, *row_strides: int) -> int:

@@ -73,6 +73,24 @@ def test_fp64_eps_from_inductor_keeps_the_math_in_fp32():
     assert fp64_tensors == {name: [] for name in fp64_tensors}, fp64_tensors
 
 
+def test_split_eps_traces_when_torch_compile_makes_eps_symbolic():
+    """torch.compile recompiles with eps symbolic on a second value (and with dynamic=True);
+    split_eps must then trace in one graph (Dynamo recursed on struct.pack of a symbolic
+    float) and still sum to eps."""
+    from rmsnorm_triton import split_eps, tl
+
+    def scaled(x, eps):
+        high, low = split_eps(eps, tl.float64)
+        return x * high + x * low
+
+    x = torch.ones(2, dtype=torch.float64)
+    for dynamic in (None, True):
+        torch._dynamo.reset()
+        compiled = torch.compile(scaled, fullgraph=True, backend="eager", dynamic=dynamic)
+        for eps in (1e-6, 1e-5, 3.3e-4):
+            assert compiled(x, eps).tolist() == [eps, eps]
+
+
 def graph_breaks(fn, *args, **kwargs):
     import torch._dynamo
 
@@ -106,6 +124,39 @@ def test_modules_compile_fullgraph_and_match_eager(width, dynamic):  # pragma: g
                                                                     grads)))
         for eager, compiled in zip(*results):  # the same kernels, the same fp32 eps
             torch.testing.assert_close(compiled, eager, rtol=2**-8, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_a_second_eps_recompiles_with_eps_symbolic_and_stays_exact_in_fp64():  # pragma: gpu only
+    """A second eps value makes Dynamo recompile with eps symbolic (automatic dynamic), as in
+    a model whose norms differ in eps. fp64 inputs: rstd must still use the fp64 eps."""
+    from rmsnorm_triton import rms_norm_forward
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(64, 20480, device="cuda", dtype=torch.float64, generator=gen) * 1e-2
+    w = torch.ones(20480, device="cuda", dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, eps: rms_norm_forward(x, w, eps)[1], fullgraph=True)
+    for eps in (1e-3, 2e-3 + 1e-12, 3.3e-4):  # eps matters: mean(x^2) is about 1e-4
+        expected = torch.rsqrt(x.pow(2).mean(-1) + eps)
+        torch.testing.assert_close(compiled(x, eps), expected, rtol=1e-14, atol=0)
+    for width in (1024, 20480):
+        from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
+        from rmsnorm_triton import TritonQwen3RMSNorm
+
+        xb, rb = (torch.randn(8, width, device="cuda", generator=gen).to(torch.bfloat16)
+                  for _ in range(2))
+        for module, inputs in ((TritonQwen3RMSNorm(width), (xb,)),
+                               (TritonQwen3FusedAddRMSNorm(width), (xb, rb))):
+            module = module.cuda().to(torch.bfloat16)
+            torch._dynamo.reset()
+            compiled = torch.compile(module, fullgraph=True)
+            for eps in (1e-6, 1e-5):
+                module.variance_epsilon = eps
+                got, want = compiled(*inputs), module(*inputs)
+                for got_t, want_t in zip(*(t if isinstance(t, tuple) else (t,)
+                                           for t in (got, want))):
+                    torch.testing.assert_close(got_t, want_t, rtol=0, atol=0)
 
 
 @pytest.mark.gpu

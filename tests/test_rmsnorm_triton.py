@@ -439,8 +439,11 @@ def test_fp64_eps_is_exact(config, device):
     dx_saved, _ = rms_norm_backward(dy, x, w, rstd, config=config)
     dx_recomputed, _ = rms_norm_backward(dy, x, w, None, eps=1e-3, config=config)
     torch.testing.assert_close(dx_recomputed, dx_saved, rtol=1e-13, atol=0)
-    high, low = rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float64)
-    assert high + low == 1e-3 and rmsnorm_triton.split_eps(1e-3, rmsnorm_triton.tl.float32)[1] == 0.0
+    for eps in (1e-3, 1e-5, 1e-6, 3.3e-4, 0.1 + 1e-12, 7.0):
+        high, low = rmsnorm_triton.split_eps(eps, rmsnorm_triton.tl.float64)
+        assert high + low == eps and abs(low) <= abs(eps) * 2**-24
+        assert torch.tensor(high, dtype=torch.float32).item() == high  # fp32 holds it
+        assert rmsnorm_triton.split_eps(eps, rmsnorm_triton.tl.float32) == (eps, 0.0)
 
 
 def sweep_cases(n_cases=320, seed=2026):
