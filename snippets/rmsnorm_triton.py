@@ -23,6 +23,7 @@ Launch configs come from the ladders in rmsnorm_config.py. Run on CPU under the
 interpreter with TRITON_INTERPRET=1 set before importing triton.
 """
 import functools
+import operator
 import os
 
 # --8<-- [start:imports]
@@ -787,7 +788,7 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
     if residual is not None:
         check_pair(x, residual)
         x, residual = x.contiguous(), residual.contiguous()
-    n_cols = x.shape[-1]
+    n_cols = operator.index(x.shape[-1])  # torch.compile: a constant, as configs need
     n_rows = x.numel() // n_cols if n_cols else 0
     compute = compute_dtype(x, weight)
     y = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype),
@@ -848,7 +849,7 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         if grad is not None and grad.shape != x.shape:
             raise ValueError(f"{name} shape {tuple(grad.shape)} does not match "
                              f"input shape {tuple(x.shape)}")
-    n_cols = x.shape[-1]
+    n_cols = operator.index(x.shape[-1])  # torch.compile: a constant, as configs need
     n_rows = x.numel() // n_cols if n_cols else 0
     if rstd is None and eps is None:
         raise ValueError("pass either the saved rstd or eps to recompute it")

@@ -5,6 +5,7 @@ own launcher passes fp32 (Liger #1350). The kernels cast eps to their compute dt
 CPU test builds each kernel's Triton IR with fp64 scalars (a subprocess: the interpreter,
 which the other tests run under, cannot build IR) and finds no fp64 tensor in it.
 """
+import dataclasses
 import json
 import os
 import pathlib
@@ -91,6 +92,29 @@ def test_split_eps_traces_when_torch_compile_makes_eps_symbolic():
             assert compiled(x, eps).tolist() == [eps, eps]
 
 
+@pytest.mark.parametrize("width", [300, 1000, 2560, 16383, 20480])
+def test_launch_configs_under_torch_compile_with_a_symbolic_width(width):
+    """dynamic=True (or a second shape) makes the width symbolic. Config choice is Python on
+    the width: it must see the number (operator.index specializes it), not a symbol (a
+    SymBool in `tail in (None, tail_cols > 0)` picked a wrong rung at 300)."""
+    import rmsnorm_triton as rt
+
+    def plan(x, weight):
+        _, _, args = rt.forward_arguments(x, weight, 1e-6)
+        n_cols = args["n_cols"]
+        configs = [rt.forward_config(n_cols, x.device), rt.backward_config(n_cols, x.device),
+                   rt.forward_config(n_cols, x.device, fused=True),
+                   rt.backward_config(n_cols, x.device, fused=True)]
+        fields = [v for c in configs for v in dataclasses.astuple(c)]
+        return torch.tensor(fields + [args["ALIGN"], n_cols])
+
+    torch._dynamo.reset()
+    compiled = torch.compile(plan, fullgraph=True, backend="eager", dynamic=True)
+    for rows in (3, 8):
+        x, w = torch.ones(rows, width), torch.ones(width)
+        assert compiled(x, w).tolist() == plan(x, w).tolist()
+
+
 def graph_breaks(fn, *args, **kwargs):
     import torch._dynamo
 
@@ -99,7 +123,8 @@ def graph_breaks(fn, *args, **kwargs):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("width, dynamic", [(1024, False), (20480, False), (20480, True)])
+@pytest.mark.parametrize("width, dynamic",
+                         [(1024, False), (1024, True), (20480, False), (20480, True)])
 def test_modules_compile_fullgraph_and_match_eager(width, dynamic):  # pragma: gpu only
     """Both modules under torch.compile(fullgraph=True): the register kernels (1024) and the
     chunked ones (20480, whose plain forward takes its width as a constexpr), also with

@@ -952,7 +952,7 @@ def test_launch_takes_the_ladder_of_the_device(device, monkeypatch):
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_the_chunked_forward_compiles_the_plain_width_as_a_constant(fused, monkeypatch):
+def test_the_chunked_forward_compiles_the_plain_width_as_a_constant(fused, monkeypatch, device):
     """The rule launch_forward implements (explore-widths-a60ed77-eviction-unroll.json): the plain
     chunked forward gets its row width as the constexpr WIDTH (one binary per width, fixed trip
     counts and masks); the fused add's gets 0 and keeps the runtime width. Checked on the
@@ -960,11 +960,11 @@ def test_the_chunked_forward_compiles_the_plain_width_as_a_constant(fused, monke
     spy = LaunchSpy(rmsnorm_triton.rms_norm_fwd_chunked_kernel)
     monkeypatch.setattr(rmsnorm_triton, "rms_norm_fwd_chunked_kernel", spy)
     width = 20480
-    x = torch.zeros(4, width, dtype=torch.bfloat16)
+    x = torch.zeros(4, width, dtype=torch.bfloat16, device=device)
     residual = x if fused else None
-    _, _, args = rmsnorm_triton.forward_arguments(x, torch.ones(width, dtype=x.dtype), 1e-6,
-                                                  residual)
-    config = rmsnorm_triton.forward_config(width, "cpu", fused=fused)
+    _, _, args = rmsnorm_triton.forward_arguments(
+        x, torch.ones(width, dtype=x.dtype, device=device), 1e-6, residual)
+    config = rmsnorm_triton.forward_config(width, device, fused=fused)
     assert config.chunked
     rmsnorm_triton.launch_forward(args, config)
     ((_, launch),) = spy.launches
