@@ -93,7 +93,7 @@ def test_split_eps_traces_when_torch_compile_makes_eps_symbolic():
 
 
 @pytest.mark.parametrize("width", [300, 1000, 2560, 16383, 20480])
-def test_launch_configs_under_torch_compile_with_a_symbolic_width(width):
+def test_launch_configs_under_torch_compile_with_a_symbolic_width(width, device):
     """dynamic=True (or a second shape) makes the width symbolic. Config choice is Python on
     the width: it must see the number (operator.index specializes it), not a symbol (a
     SymBool in `tail in (None, tail_cols > 0)` picked a wrong rung at 300)."""
@@ -111,7 +111,7 @@ def test_launch_configs_under_torch_compile_with_a_symbolic_width(width):
     torch._dynamo.reset()
     compiled = torch.compile(plan, fullgraph=True, backend="eager", dynamic=True)
     for rows in (3, 8):
-        x, w = torch.ones(rows, width), torch.ones(width)
+        x, w = torch.ones(rows, width, device=device), torch.ones(width, device=device)
         assert compiled(x, w).tolist() == plan(x, w).tolist()
 
 
