@@ -495,7 +495,8 @@ def eviction_attempt(width, rows, quick, fused):
 
 
 def fresh_backward_configs(width: int, quick: bool = False):
-    """The shipped chunked backward config (first and last) and its neighbours."""
+    """The chunked backward configs of the attempt: the one shipped for rows of ``width``
+    (first and last) and its neighbours; every width of the attempt runs the first width's."""
     rt, _ = _kernels()
     shipped = rt.backward_config(width, DEVICE)
     configs = [rt.LaunchConfig(r, chunk, 0, warps, per_sm, chunked=True)
@@ -633,8 +634,9 @@ def main():
         if jobs:
             precompile(jobs, args.workers, _eviction_compile_worker)
         fresh_widths = _widths(args.fresh_backward_widths)
+        fresh = fresh_backward_configs(fresh_widths[0]) if fresh_widths else []
         jobs = [(kind, width, config) for width in fresh_widths
-                for config in fresh_backward_configs(width) for kind in ("bwd", "fused_bwd")]
+                for config in fresh for kind in ("bwd", "fused_bwd")]
         if jobs:
             precompile(jobs, args.workers)
     if args.precompile_only:
