@@ -155,7 +155,8 @@ def test_modules_compile_fullgraph_and_match_eager(width, dynamic):  # pragma: g
 def test_a_second_eps_recompiles_with_eps_symbolic_and_stays_exact_in_fp64():  # pragma: gpu only
     """A second eps value makes Dynamo recompile with eps symbolic (automatic dynamic), as in
     a model whose norms differ in eps. fp64 inputs: rstd must still use the fp64 eps."""
-    from rmsnorm_triton import rms_norm_forward
+    from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
+    from rmsnorm_triton import TritonQwen3RMSNorm, rms_norm_forward
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(64, 20480, device="cuda", dtype=torch.float64, generator=gen) * 1e-2
@@ -166,9 +167,6 @@ def test_a_second_eps_recompiles_with_eps_symbolic_and_stays_exact_in_fp64():  #
         expected = torch.rsqrt(x.pow(2).mean(-1) + eps)
         torch.testing.assert_close(compiled(x, eps), expected, rtol=1e-14, atol=0)
     for width in (1024, 20480):
-        from rmsnorm_fused_add import TritonQwen3FusedAddRMSNorm
-        from rmsnorm_triton import TritonQwen3RMSNorm
-
         xb, rb = (torch.randn(8, width, device="cuda", generator=gen).to(torch.bfloat16)
                   for _ in range(2))
         for module, inputs in ((TritonQwen3RMSNorm(width), (xb,)),
