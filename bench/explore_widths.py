@@ -20,6 +20,9 @@ docs/data/<gpu>/explore-widths-<commit>.json).
   cluster (``num_ctas``), quack's approach, as far as Triton compiles it;
 * ``persistent`` (``--persistent-widths``): the shipped chunked forward against the same
   chunks on a persistent grid (SMs x 1..8 programs), which bounds the rows in flight.
+* ``exchange`` (``--exchange-widths``): the shipped chunked kernels against the exchange
+  kernels (a row's chunk programs swap their partial sums through global memory, so each
+  element is read once), forward and backward, plain and fused, in one process;
 * ``eviction`` (``--eviction-widths``, ``--eviction-fused-widths``): the shipped chunked
   forward (plain, or the fused add) against the same kernel with or without L2 eviction
   hints (Inductor's looped reduction: pass 1 ``evict_last``, pass 2 ``evict_first``), the
@@ -544,6 +547,67 @@ def fresh_backward_attempt(widths, rows, quick):
     return entries
 
 
+def exchange_configs(width: int, direction: str, quick: bool = False):
+    """The exchange kernels' configs of the attempt: chunks of 4096 to 16384, 1 or 2 rows,
+    8 to 64 elements per thread, 1 to 4 programs per SM forward (1 or 2 backward)."""
+    rt, _ = _kernels()
+    per_sm = (1, 2, 4) if direction == "forward" else (1, 2)
+    configs = [rt.LaunchConfig(r, chunk, 0, warps, p, chunked=True, exchange=True)
+               for chunk in (4096, 8192, 16384) for r in (1, 2) for warps in (4, 8, 16)
+               for p in per_sm
+               if 8 <= r * chunk // (32 * warps) <= 64 and chunk < width
+               and warps * p <= 32]
+    return configs[:2] if quick else configs
+
+
+def exchange_attempt(width, rows, quick):
+    """The shipped chunked kernels against the exchange kernels, at one width: the
+    forward and backward, plain and fused (residual in, ds in), side by side in one
+    process. Each exchange result is compared with the shipped kernel's."""
+    rt, rf = _kernels()
+    sets_n = 1 if quick else mode.rotating_input_sets(4 * rows * width * 2, DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(width)
+    sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
+                  for _ in range(3)) for _ in range(sets_n)]  # x (or s), dy or residual, ds
+    w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+    rstds = [rt.rms_norm_forward(x, w, EPS)[1] for x, _, _ in sets]
+    calls = {
+        "fwd": lambda x, r, ds, rstd, c: rt.rms_norm_forward(x, w, EPS, config=c),
+        "fused_fwd": lambda x, r, ds, rstd, c:
+            rf.fused_add_rms_norm_forward(x, r, w, EPS, config=c),
+        "bwd": lambda x, dy, ds, rstd, c: rt.rms_norm_backward(dy, x, w, rstd, config=c),
+        "fused_bwd": lambda x, dy, ds, rstd, c:
+            rf.fused_add_rms_norm_backward(dy, ds, x, w, rstd, config=c),
+    }
+    entry = {"width": width, "rows": rows, "input_sets": sets_n}
+    for kind, call in calls.items():
+        direction = "backward" if kind.endswith("bwd") else "forward"
+        getter = rt.backward_config if direction == "backward" else rt.forward_config
+        shipped = getter(width, DEVICE, fused=kind.startswith("fused"))
+        x, r, ds = sets[0]
+        expected = [t.float() for t in call(x, r, ds, rstds[0], shipped) if t is not None]
+        timed = []
+        for config in [shipped] + exchange_configs(width, direction, quick) + [shipped]:
+            fields = _fields(config)
+            try:
+                got = [t.float() for t in call(x, r, ds, rstds[0], config) if t is not None]
+                fields["max_abs_diff"] = max(float((g - e).abs().max())
+                                             for g, e in zip(got, expected))
+            except Exception as error:
+                fields["error"] = f"{type(error).__name__}: {error}"[:300]
+                timed.append(fields)
+                continue
+            timed.append(_timed(fields, [
+                lambda s=s, rstd=rstd, c=config: call(*s, rstd, c)
+                for s, rstd in zip(sets, rstds)]))
+        entry[kind] = timed
+        best = _best(timed[1:-1])
+        print(f"exchange {width} {kind}: shipped {timed[0].get('us')} / {timed[-1].get('us')}"
+              f" best {best}", flush=True)
+    del sets, rstds
+    return entry
+
+
 def cluster_attempt(width, rows):
     """quack's way for wide rows: one row in registers across a cluster of num_ctas
     thread blocks. Records the compile error where Triton cannot build it."""
@@ -586,6 +650,7 @@ def main():
     parser.add_argument("--eviction-widths", default="")
     parser.add_argument("--eviction-fused-widths", default="")
     parser.add_argument("--fresh-backward-widths", default="")
+    parser.add_argument("--exchange-widths", default="")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -605,7 +670,7 @@ def main():
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
                "results": {"fused": [], "plain": [], "cluster": [], "persistent": [],
-                           "eviction": [], "fresh_backward": []}}
+                           "eviction": [], "fresh_backward": [], "exchange": []}}
     results = payload["results"]
     stem = STEM + (f"-{args.tag}" if args.tag else "")
 
@@ -637,6 +702,12 @@ def main():
         fresh = fresh_backward_configs(fresh_widths[0]) if fresh_widths else []
         jobs = [(kind, width, config) for width in fresh_widths
                 for config in fresh for kind in ("bwd", "fused_bwd")]
+        if jobs:
+            precompile(jobs, args.workers)
+        jobs = [(kind, width, config) for width in _widths(args.exchange_widths)
+                for kind, direction in (("fwd", "forward"), ("fused_fwd", "forward"),
+                                        ("bwd", "backward"), ("fused_bwd", "backward"))
+                for config in exchange_configs(width, direction)]
         if jobs:
             precompile(jobs, args.workers)
     if args.precompile_only:
@@ -684,6 +755,12 @@ def main():
     if args.fresh_backward_widths:
         results["fresh_backward"] = fresh_backward_attempt(
             _widths(args.fresh_backward_widths), rows, args.quick)
+        save()
+    for width in _widths(args.exchange_widths):
+        if time.perf_counter() - began > args.budget_s:
+            results.setdefault("skipped_widths", []).append(width)
+            continue
+        results["exchange"].append(exchange_attempt(width, rows, args.quick))
         save()
     for width in _widths(args.cluster_widths):
         results["cluster"] += cluster_attempt(width, rows)
