@@ -547,59 +547,270 @@ def fresh_backward_attempt(widths, rows, quick):
     return entries
 
 
+@functools.lru_cache(maxsize=None)
+def _exchange_kernels():
+    """The chunked kernels on a co-resident grid whose chunk programs swap their partial
+    row sums through global memory, so that each element is read once and stays in
+    registers: quack's cluster split, with global memory for distributed shared memory.
+
+    Program (slot, part) holds chunk ``part`` of the row tiles slot, slot + n_slots, ...
+    It stores its partial sums, counts itself in on the tile's counter, waits for the
+    others, and adds all chunks' partials in one order (every program of a row gets the
+    same bits). PREFETCH: the next tile's loads are issued before this tile's exchange.
+    The grid must be co-resident: a cooperative launch (launch_cooperative_grid) fails
+    rather than hangs when it is not. The interpreter runs programs one at a time: GPU only.
+    """
+    import triton
+    import triton.language as tl
+
+    global _rt, _exchange_row_sums  # the kernels find their helpers among the globals
+    _rt, _ = _kernels()
+
+    @triton.jit
+    def _exchange_row_sums(PARTIALS, ARRIVALS, partial, tile, rows, n_rows,
+                          CHUNKS: tl.constexpr):
+        part = tl.program_id(1)
+        n_chunks = tl.num_programs(1)
+        row_mask = rows < n_rows
+        tl.store(PARTIALS + part * n_rows + rows, partial, mask=row_mask)
+        tl.debug_barrier()  # every thread's partials are stored before the arrival
+        arrived = tl.atomic_add(ARRIVALS + tile, 1, sem="acq_rel", scope="gpu") + 1
+        while arrived < n_chunks:
+            arrived = tl.atomic_add(ARRIVALS + tile, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+        parts = tl.arange(0, CHUNKS)
+        mask = (parts < n_chunks)[:, None] & row_mask[None, :]
+        return tl.sum(tl.load(PARTIALS + parts[:, None] * n_rows + rows[None, :],
+                              mask=mask, other=0.0, cache_modifier=".cg"), axis=0)
+
+    @triton.jit
+    def fwd_exchange(X, W, Y, RSTD, R, S, PARTIALS, ARRIVALS, n_rows, n_cols, eps, eps_low,
+                     tiles_per_program, size1, size2, x_stride0, x_stride1, x_stride2,
+                     BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                     CHUNKS: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, ALIGN: tl.constexpr,
+                     HAS_RESIDUAL: tl.constexpr, PREFETCH: tl.constexpr):
+        n_cols = n_cols // ALIGN * ALIGN
+        slot = tl.program_id(0)
+        n_slots = tl.num_programs(0)
+        n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+        cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        rows = slot * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        offsets = _rt._row_offsets(rows, size1, size2, x_stride0, x_stride1, x_stride2,
+                                   ALIGN)
+        x_next = _rt._load_tile(X, offsets, cols, rows < n_rows, n_cols)
+        r_next = _rt._load_tile(R, offsets, cols, rows < n_rows, n_cols)
+        for i in range(tiles_per_program):
+            tile = slot + i * n_slots
+            rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+            row_mask = rows < n_rows
+            offsets = _rt._row_offsets(rows, size1, size2, x_stride0, x_stride1,
+                                       x_stride2, ALIGN)
+            if PREFETCH:
+                x_raw, r_raw = x_next, r_next
+                rows_next = rows + n_slots * BLOCK_ROWS
+                offsets_next = _rt._row_offsets(rows_next, size1, size2, x_stride0,
+                                                x_stride1, x_stride2, ALIGN)
+                x_next = _rt._load_tile(X, offsets_next, cols, rows_next < n_rows, n_cols)
+                if HAS_RESIDUAL:
+                    r_next = _rt._load_tile(R, offsets_next, cols, rows_next < n_rows,
+                                            n_cols)
+            else:
+                x_raw = _rt._load_tile(X, offsets, cols, row_mask, n_cols)
+                r_raw = _rt._load_tile(R, offsets, cols, row_mask, n_cols)
+            if tile < n_tiles:  # the same for every chunk program of the slot
+                x = x_raw
+                if HAS_RESIDUAL:
+                    x = _rt._add_residual(x, r_raw)
+                x = x.to(COMPUTE_DTYPE)
+                sum_squares = _exchange_row_sums(PARTIALS, ARRIVALS, tl.sum(x * x, axis=1),
+                                                tile, rows, n_rows, CHUNKS)
+                rstd = _rt._inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
+                _rt._normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols,
+                                     ALIGN, HAS_RESIDUAL)
+                if tl.program_id(1) == 0:
+                    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+    @triton.jit
+    def bwd_exchange(DY, X, W, RSTD, DX, DW_PARTIAL, DS, PARTIALS, ARRIVALS, n_rows, n_cols,
+                     tiles_per_program, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                     CHUNKS: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, ALIGN: tl.constexpr,
+                     HAS_DS: tl.constexpr, PREFETCH: tl.constexpr):
+        # contiguous (n_rows, n_cols) x, dy and ds; rstd saved by the forward
+        n_cols = n_cols // ALIGN * ALIGN
+        slot = tl.program_id(0)
+        n_slots = tl.num_programs(0)
+        n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
+        cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        strides = (0, 0, n_cols, 0, 0, n_cols)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
+        dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
+        rows = slot * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+        x_next, dy_next, ds_next = _rt._load_grad_tile(
+            X, DY, DS, rows, cols, n_rows, n_cols, 1, n_rows, strides, ALIGN, HAS_DS)
+        for i in range(tiles_per_program):
+            tile = slot + i * n_slots
+            rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+            row_mask = rows < n_rows
+            if PREFETCH:
+                x_raw, dy_raw, ds_raw = x_next, dy_next, ds_next
+                x_next, dy_next, ds_next = _rt._load_grad_tile(
+                    X, DY, DS, rows + n_slots * BLOCK_ROWS, cols, n_rows, n_cols, 1,
+                    n_rows, strides, ALIGN, HAS_DS)
+            else:
+                x_raw, dy_raw, ds_raw = _rt._load_grad_tile(
+                    X, DY, DS, rows, cols, n_rows, n_cols, 1, n_rows, strides, ALIGN,
+                    HAS_DS)
+            if tile < n_tiles:
+                x, dy = x_raw.to(COMPUTE_DTYPE), dy_raw.to(COMPUTE_DTYPE)
+                wdy = w[None, :] * dy
+                dot = _exchange_row_sums(PARTIALS, ARRIVALS, tl.sum(wdy * x, axis=1), tile,
+                                        rows, n_rows, CHUNKS)
+                rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
+                x_hat = x * rstd[:, None]
+                _rt._dx_store(DX, x_hat, wdy, dot * rstd / n_cols, rstd,
+                              ds_raw.to(COMPUTE_DTYPE), rows, cols, row_mask, n_cols,
+                              ALIGN, HAS_DS)
+                dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
+        partial = DW_PARTIAL + slot.to(tl.int64) * n_cols
+        tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
+
+    return fwd_exchange, bwd_exchange
+
+
+def _exchange_grid(config, n_rows, n_cols):
+    rt, _ = _kernels()
+    n_chunks = -(-n_cols // config.block_cols)
+    n_tiles = -(-n_rows // config.block_rows)
+    resident = rt.sm_count(torch.device(DEVICE)) * config.programs_per_sm
+    return max(1, min(n_tiles, resident // n_chunks)), n_chunks, n_tiles
+
+
+def _exchange_buffers(n_chunks, n_rows, n_tiles):
+    return dict(PARTIALS=torch.empty((n_chunks, n_rows), device=DEVICE),
+                ARRIVALS=torch.zeros(n_tiles, dtype=torch.int32, device=DEVICE))
+
+
+def exchange_forward(x, w, residual, config, prefetch, warmup=False):
+    """The exchange forward: (y, rstd), and s with a residual (the fused add)."""
+    rt, _ = _kernels()
+    fwd, _ = _exchange_kernels()
+    y, rstd, args = rt.forward_arguments(x, w, EPS, residual)
+    n_slots, n_chunks, n_tiles = _exchange_grid(config, *x.shape)
+    launch = dict(**args, **_exchange_buffers(n_chunks, x.shape[0], n_tiles),
+                  tiles_per_program=-(-n_tiles // n_slots), BLOCK_ROWS=config.block_rows,
+                  BLOCK_COLS=config.block_cols, CHUNKS=1 << (n_chunks - 1).bit_length(),
+                  PREFETCH=prefetch, num_warps=config.num_warps,
+                  launch_cooperative_grid=True)
+    if warmup:
+        return fwd.warmup(**launch, grid=(n_slots, n_chunks))
+    fwd[(n_slots, n_chunks)](**launch)
+    return (y, rstd) if residual is None else (y, args["S"], rstd)
+
+
+def exchange_backward(dy, x, w, rstd, ds, config, prefetch, warmup=False):
+    """The exchange backward of contiguous x, dy (and ds): (dx, dw)."""
+    import triton.language as tl
+
+    rt, _ = _kernels()
+    _, bwd = _exchange_kernels()
+    n_rows, n_cols = x.shape
+    n_slots, n_chunks, n_tiles = _exchange_grid(config, n_rows, n_cols)
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    dw_partial = torch.empty((n_slots, n_cols), device=DEVICE)
+    launch = dict(DY=dy, X=x, W=w, RSTD=rstd, DX=dx, DW_PARTIAL=dw_partial,
+                  DS=dx if ds is None else ds,
+                  **_exchange_buffers(n_chunks, n_rows, n_tiles), n_rows=n_rows,
+                  n_cols=n_cols, tiles_per_program=-(-n_tiles // n_slots),
+                  BLOCK_ROWS=config.block_rows, BLOCK_COLS=config.block_cols,
+                  CHUNKS=1 << (n_chunks - 1).bit_length(), COMPUTE_DTYPE=tl.float32,
+                  ALIGN=rt.row_alignment(n_cols), HAS_DS=ds is not None,
+                  PREFETCH=prefetch, num_warps=config.num_warps,
+                  launch_cooperative_grid=True)
+    if warmup:
+        return bwd.warmup(**launch, grid=(n_slots, n_chunks))
+    bwd[(n_slots, n_chunks)](**launch)
+    rt.reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)
+    return dx, dw
+
+
 def exchange_configs(width: int, direction: str, quick: bool = False):
-    """The exchange kernels' configs of the attempt: chunks of 4096 to 16384, 1 or 2 rows,
-    8 to 64 elements per thread, 1 to 4 programs per SM forward (1 or 2 backward)."""
+    """(config, prefetch) of the exchange attempt: chunks of 4096 to 16384, 1 or 2 rows,
+    8 to 32 elements per thread and tensor, 1 to 4 programs per SM (1 or 2 backward),
+    with and without prefetch."""
     rt, _ = _kernels()
     per_sm = (1, 2, 4) if direction == "forward" else (1, 2)
-    configs = [rt.LaunchConfig(r, chunk, 0, warps, p, chunked=True, exchange=True)
+    configs = [(rt.LaunchConfig(r, chunk, 0, warps, p, chunked=True), prefetch)
+               for prefetch in (True, False)
                for chunk in (4096, 8192, 16384) for r in (1, 2) for warps in (4, 8, 16)
                for p in per_sm
-               if 8 <= r * chunk // (32 * warps) <= 64 and chunk < width
+               if 8 <= r * chunk // (32 * warps) <= 32 and chunk < width
                and warps * p <= 32]
     return configs[:2] if quick else configs
 
 
+def _exchange_compile_worker(jobs):
+    """Compile each (kind, width, config, prefetch) of the exchange attempt, never launching."""
+    for kind, width, config, prefetch in jobs:
+        x = torch.empty(ROWS, width, device=DEVICE, dtype=DTYPE)
+        w = torch.ones(width, device=DEVICE, dtype=DTYPE)
+        rstd = torch.empty(ROWS, device=DEVICE)
+        if kind in ("fwd", "fused_fwd"):
+            exchange_forward(x, w, x if kind == "fused_fwd" else None, config, prefetch, True)
+        else:
+            exchange_backward(x, x, w, rstd, x if kind == "fused_bwd" else None, config,
+                              prefetch, True)
+
+
 def exchange_attempt(width, rows, quick):
-    """The shipped chunked kernels against the exchange kernels, at one width: the
-    forward and backward, plain and fused (residual in, ds in), side by side in one
-    process. Each exchange result is compared with the shipped kernel's."""
+    """The shipped chunked kernels against the exchange kernels at one width: forward and
+    backward, plain and fused (residual in; ds in), side by side in one process. Each
+    exchange result is compared with the shipped kernel's (max_abs_diff: y, rstd and s;
+    dx and dW, whose sums are grouped differently)."""
     rt, rf = _kernels()
     sets_n = 1 if quick else mode.rotating_input_sets(4 * rows * width * 2, DEVICE)
     gen = torch.Generator(device=DEVICE).manual_seed(width)
     sets = [tuple(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE)
-                  for _ in range(3)) for _ in range(sets_n)]  # x (or s), dy or residual, ds
+                  for _ in range(3)) for _ in range(sets_n)]  # x (or s); dy or residual; ds
     w = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
     rstds = [rt.rms_norm_forward(x, w, EPS)[1] for x, _, _ in sets]
-    calls = {
-        "fwd": lambda x, r, ds, rstd, c: rt.rms_norm_forward(x, w, EPS, config=c),
-        "fused_fwd": lambda x, r, ds, rstd, c:
-            rf.fused_add_rms_norm_forward(x, r, w, EPS, config=c),
-        "bwd": lambda x, dy, ds, rstd, c: rt.rms_norm_backward(dy, x, w, rstd, config=c),
-        "fused_bwd": lambda x, dy, ds, rstd, c:
-            rf.fused_add_rms_norm_backward(dy, ds, x, w, rstd, config=c),
+    shipped_calls = {
+        "fwd": lambda x, r, ds, rstd: rt.rms_norm_forward(x, w, EPS),
+        "fused_fwd": lambda x, r, ds, rstd: rf.fused_add_rms_norm_forward(x, r, w, EPS),
+        "bwd": lambda x, dy, ds, rstd: rt.rms_norm_backward(dy, x, w, rstd),
+        "fused_bwd": lambda x, dy, ds, rstd: rf.fused_add_rms_norm_backward(dy, ds, x, w, rstd),
+    }
+    exchange_calls = {
+        "fwd": lambda x, r, ds, rstd, c, p: exchange_forward(x, w, None, c, p),
+        "fused_fwd": lambda x, r, ds, rstd, c, p: exchange_forward(x, w, r, c, p),
+        "bwd": lambda x, dy, ds, rstd, c, p: exchange_backward(dy, x, w, rstd, None, c, p),
+        "fused_bwd": lambda x, dy, ds, rstd, c, p: exchange_backward(dy, x, w, rstd, ds, c, p),
     }
     entry = {"width": width, "rows": rows, "input_sets": sets_n}
-    for kind, call in calls.items():
+    for kind, shipped_call in shipped_calls.items():
         direction = "backward" if kind.endswith("bwd") else "forward"
         getter = rt.backward_config if direction == "backward" else rt.forward_config
-        shipped = getter(width, DEVICE, fused=kind.startswith("fused"))
+        shipped = _fields(getter(width, DEVICE, fused=kind.startswith("fused")))
         x, r, ds = sets[0]
-        expected = [t.float() for t in call(x, r, ds, rstds[0], shipped) if t is not None]
-        timed = []
-        for config in [shipped] + exchange_configs(width, direction, quick) + [shipped]:
-            fields = _fields(config)
+        expected = [t.float() for t in shipped_call(x, r, ds, rstds[0])]
+        shipped_fns = [lambda s=s, rstd=rstd: shipped_call(*s, rstd)
+                       for s, rstd in zip(sets, rstds)]
+        timed = [_timed(dict(shipped, shipped=True), shipped_fns)]
+        for config, prefetch in exchange_configs(width, direction, quick):
+            fields = _fields(config) | {"prefetch": prefetch}
             try:
-                got = [t.float() for t in call(x, r, ds, rstds[0], config) if t is not None]
-                fields["max_abs_diff"] = max(float((g - e).abs().max())
-                                             for g, e in zip(got, expected))
+                got = [t.float() for t in exchange_calls[kind](x, r, ds, rstds[0], config,
+                                                               prefetch)]
+                fields["max_abs_diff"] = [float((g - e).abs().max())
+                                          for g, e in zip(got, expected)]
             except Exception as error:
                 fields["error"] = f"{type(error).__name__}: {error}"[:300]
                 timed.append(fields)
                 continue
             timed.append(_timed(fields, [
-                lambda s=s, rstd=rstd, c=config: call(*s, rstd, c)
+                lambda s=s, rstd=rstd, c=config, p=prefetch: exchange_calls[kind](*s, rstd, c, p)
                 for s, rstd in zip(sets, rstds)]))
+        timed.append(_timed(dict(shipped, shipped=True), shipped_fns))
         entry[kind] = timed
         best = _best(timed[1:-1])
         print(f"exchange {width} {kind}: shipped {timed[0].get('us')} / {timed[-1].get('us')}"
@@ -704,12 +915,12 @@ def main():
                 for config in fresh for kind in ("bwd", "fused_bwd")]
         if jobs:
             precompile(jobs, args.workers)
-        jobs = [(kind, width, config) for width in _widths(args.exchange_widths)
+        jobs = [(kind, width, config, prefetch) for width in _widths(args.exchange_widths)
                 for kind, direction in (("fwd", "forward"), ("fused_fwd", "forward"),
                                         ("bwd", "backward"), ("fused_bwd", "backward"))
-                for config in exchange_configs(width, direction)]
+                for config, prefetch in exchange_configs(width, direction)]
         if jobs:
-            precompile(jobs, args.workers)
+            precompile(jobs, args.workers, _exchange_compile_worker)
     if args.precompile_only:
         return
     began = time.perf_counter()

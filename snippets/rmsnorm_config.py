@@ -31,7 +31,6 @@ class LaunchConfig:
     chunked: bool = False  # walk rows in chunks of block_cols (the *_chunked kernels)
     prefetch: bool = True  # register backward: next tile's loads before this math
     reread: bool = False  # register backward: each tile read twice (no prefetch)
-    exchange: bool = False  # chunked: a row's chunks swap their sums (read once)
 
     def constexprs(self, direction: str = "forward") -> dict[str, int]:
         """The kernel's constexpr launch arguments (PREFETCH: the register backward)."""
@@ -53,8 +52,7 @@ class Rung:
     the rung to rows with or without a tail block. ``vector``: False limits it to
     rows of n_cols % 8 != 0 (no 16-byte loads of 16-bit values). ``chunks``: the
     chunked kernels, with the chunk that pads the fewest lanes among these.
-    ``prefetch``, ``reread``: the register backward's. ``exchange``: the chunked
-    kernels whose chunk programs swap their row sums (each element read once).
+    ``prefetch``, ``reread``: the register backward's.
     """
 
     lanes: int
@@ -66,7 +64,6 @@ class Rung:
     chunks: tuple[int, ...] = ()
     prefetch: bool = True
     reread: bool = False
-    exchange: bool = False
 
     def matches(self, n_cols: int, block_cols: int, tail_cols: int) -> bool:
         return (block_cols + tail_cols <= self.lanes
@@ -86,8 +83,7 @@ def pick(ladder, n_cols: int, block_cols: int, tail_cols: int) -> LaunchConfig:
             if rung.chunks:
                 chunk = fewest_padded_lanes(n_cols, rung.chunks)
                 return LaunchConfig(max(1, rung.tile // chunk), chunk, 0,
-                                    rung.num_warps, rung.programs_per_sm, chunked=True,
-                                    exchange=rung.exchange)
+                                    rung.num_warps, rung.programs_per_sm, chunked=True)
             return LaunchConfig(max(1, rung.tile // block_cols), block_cols, tail_cols,
                                 rung.num_warps, rung.programs_per_sm,
                                 prefetch=rung.prefetch, reread=rung.reread)

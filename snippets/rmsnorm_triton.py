@@ -534,132 +534,6 @@ def rms_norm_bwd_chunked_kernel(
         tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
 
 
-@triton.jit
-def _exchange_row_sums(PARTIALS, ARRIVALS, first, second, tile, rows, n_rows,
-                       CHUNKS: tl.constexpr, TWO: tl.constexpr):
-    # The exchange kernels split each row tile across its chunk programs, which run
-    # at the same time (a cooperative launch). Each stores its partial row sums,
-    # counts itself in, waits for the others, then adds every chunk's partials in
-    # one fixed order: all programs of a row get the same bits, on every run.
-    part = tl.program_id(1)
-    n_chunks = tl.num_programs(1)
-    row_mask = rows < n_rows
-    tl.store(PARTIALS + part * n_rows + rows, first, mask=row_mask)
-    if TWO:
-        tl.store(PARTIALS + (n_chunks + part) * n_rows + rows, second, mask=row_mask)
-    tl.debug_barrier()  # every thread's partials are stored before the arrival
-    arrived = tl.atomic_add(ARRIVALS + tile, 1, sem="acq_rel", scope="gpu") + 1
-    while arrived < n_chunks:
-        arrived = tl.atomic_add(ARRIVALS + tile, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-    parts = tl.arange(0, CHUNKS)
-    offsets = parts[:, None] * n_rows + rows[None, :]
-    mask = (parts < n_chunks)[:, None] & row_mask[None, :]
-    first = tl.sum(tl.load(PARTIALS + offsets, mask=mask, other=0.0,
-                           cache_modifier=".cg"), axis=0)
-    if TWO:
-        second = tl.sum(tl.load(PARTIALS + n_chunks * n_rows + offsets, mask=mask,
-                                other=0.0, cache_modifier=".cg"), axis=0)
-    return first, second
-
-
-@triton.jit
-def rms_norm_fwd_exchange_kernel(
-    X, W, Y, RSTD, R, S, PARTIALS, ARRIVALS,
-    n_rows, n_cols, eps, eps_low, tiles_per_program,
-    size1, size2, x_stride0, x_stride1, x_stride2,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,  # the chunk each program owns
-    CHUNKS: tl.constexpr,  # a power of two >= the chunks per row
-    COMPUTE_DTYPE: tl.constexpr,
-    ALIGN: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-):
-    # For rows too wide for one program's registers: a persistent 2-D grid, where
-    # program (slot, part) holds chunk `part` of the row tiles slot, slot + n_slots,
-    # ... The chunks of a row exchange their sums of squares, so each element is
-    # read once and stays in registers (quack's cluster split, through global
-    # memory instead of distributed shared memory).
-    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
-    slot = tl.program_id(0)
-    n_slots = tl.num_programs(0)
-    n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
-    cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-    for i in range(tiles_per_program):
-        tile = slot + i * n_slots
-        if tile < n_tiles:  # the same for every chunk program of the slot
-            rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-            row_mask = rows < n_rows
-            x_offsets = _row_offsets(rows, size1, size2, x_stride0, x_stride1,
-                                     x_stride2, ALIGN)
-            x = _load_tile(X, x_offsets, cols, row_mask, n_cols)
-            if HAS_RESIDUAL:
-                x = _add_residual(x, _load_tile(R, x_offsets, cols, row_mask, n_cols))
-            x = x.to(COMPUTE_DTYPE)
-            sum_squares, _ = _exchange_row_sums(
-                PARTIALS, ARRIVALS, tl.sum(x * x, axis=1), 0.0, tile, rows, n_rows,
-                CHUNKS, False)
-            rstd = _inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
-            _normalize_store(X, Y, S, x, w, rstd, rows, cols, row_mask, n_cols, ALIGN,
-                             HAS_RESIDUAL)
-            if tl.program_id(1) == 0:
-                tl.store(RSTD + rows, rstd, mask=row_mask)
-
-
-@triton.jit
-def rms_norm_bwd_exchange_kernel(
-    DY, X, W, RSTD, DX, DW_PARTIAL, DS, PARTIALS, ARRIVALS,
-    n_rows, n_cols, eps, eps_low, tiles_per_program,
-    size1, size2, x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2,
-    BLOCK_ROWS: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
-    CHUNKS: tl.constexpr,
-    COMPUTE_DTYPE: tl.constexpr,
-    COMPUTE_DW: tl.constexpr,
-    RECOMPUTE_RSTD: tl.constexpr,
-    ALIGN: tl.constexpr,
-    HAS_DS: tl.constexpr,
-):
-    # The backward on the exchange grid: x and dy of a chunk are read once, the
-    # chunks of a row exchange their parts of sum(w*dy * x) (and of sum(x*x) when
-    # rstd is recomputed), then each writes dX of its chunk and keeps its dW partial.
-    n_cols = n_cols // ALIGN * ALIGN  # the same value: tells Triton ALIGN divides it
-    slot = tl.program_id(0)
-    n_slots = tl.num_programs(0)
-    n_tiles = tl.cdiv(n_rows, BLOCK_ROWS)
-    cols = tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    strides = (x_stride0, x_stride1, x_stride2, dy_stride0, dy_stride1, dy_stride2)
-    w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(COMPUTE_DTYPE)
-    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=COMPUTE_DTYPE)
-    for i in range(tiles_per_program):
-        tile = slot + i * n_slots
-        if tile < n_tiles:
-            rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-            row_mask = rows < n_rows
-            x, dy, _ = _load_grad_tile(X, DY, DS, rows, cols, n_rows, n_cols, size1,
-                                       size2, strides, ALIGN, False)
-            x, dy = x.to(COMPUTE_DTYPE), dy.to(COMPUTE_DTYPE)
-            wdy = w[None, :] * dy
-            dot, sum_squares = _exchange_row_sums(
-                PARTIALS, ARRIVALS, tl.sum(wdy * x, axis=1), tl.sum(x * x, axis=1),
-                tile, rows, n_rows, CHUNKS, RECOMPUTE_RSTD)
-            if RECOMPUTE_RSTD:
-                rstd = _inv_rms(sum_squares / n_cols, eps, eps_low, COMPUTE_DTYPE)
-            else:
-                rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0).to(COMPUTE_DTYPE)
-            x_hat = x * rstd[:, None]
-            ds = _load_ds(DS, rows, cols, row_mask, n_cols, ALIGN, HAS_DS).to(
-                COMPUTE_DTYPE)
-            _dx_store(DX, x_hat, wdy, dot * rstd / n_cols, rstd, ds, rows, cols,
-                      row_mask, n_cols, ALIGN, HAS_DS)
-            if COMPUTE_DW:
-                dw_acc += dy * x_hat.to(X.dtype.element_ty).to(COMPUTE_DTYPE)
-    if COMPUTE_DW:
-        partial = DW_PARTIAL + slot.to(tl.int64) * n_cols
-        tl.store(partial + cols, tl.sum(dw_acc, axis=0), mask=cols < n_cols)
-
-
 # --8<-- [start:dw_reduce_kernel]
 @triton.jit
 def dw_reduce_kernel(
@@ -795,8 +669,6 @@ def check_config(config: LaunchConfig, n_cols: int) -> None:
         raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}")
 
     split = column_blocks(n_cols)
-    if config.exchange and not config.chunked:
-        raise ValueError("exchange is a chunked config's: set chunked=True with it")
     if config.chunked:
         if config.reread:
             raise ValueError("reread is the register backward's: a chunked config "
@@ -935,43 +807,10 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
         ALIGN=row_alignment(n_cols, *x_strides), HAS_RESIDUAL=residual is not None)
 
 
-def exchange_grid(config: LaunchConfig, n_rows: int, n_cols: int, device):
-    """(n_slots, n_chunks) of an exchange kernel's co-resident grid, or None when the
-    config is not an exchange one, a row has more chunks than programs fit on the GPU
-    at once, or the interpreter would run a row of several chunks (it runs programs
-    one at a time: they would wait for each other forever). None: the two-pass
-    chunked kernels run instead."""
-    if not (config.chunked and config.exchange):
-        return None
-    n_chunks = triton.cdiv(n_cols, config.block_cols)
-    resident = sm_count(device) * config.programs_per_sm
-    if n_chunks > resident or (_interpreted() and n_chunks > 1):
-        return None
-    n_tiles = triton.cdiv(n_rows, config.block_rows)
-    return max(1, min(n_tiles, resident // n_chunks)), n_chunks
-
-
-def exchange_buffers(n_chunks: int, n_rows: int, n_tiles: int, sums: int, dtype,
-                     device):
-    """The exchange kernels' partial row sums and per-tile arrival counters (zeroed)."""
-    return dict(PARTIALS=torch.empty((sums * n_chunks, n_rows), dtype=dtype,
-                                     device=device),
-                ARRIVALS=torch.zeros(n_tiles, dtype=torch.int32, device=device))
-
-
 def launch_forward(args: dict, config: LaunchConfig) -> None:
     """The forward kernel (register or chunked) over forward_arguments' args."""
     grid = (triton.cdiv(args["n_rows"], config.block_rows),)
-    exchange = exchange_grid(config, args["n_rows"], args["n_cols"], args["X"].device)
-    if exchange is not None:  # each chunk read once; the programs must be co-resident
-        n_tiles = grid[0]
-        buffers = exchange_buffers(exchange[1], args["n_rows"], n_tiles, 1,
-                                   args["RSTD"].dtype, args["X"].device)
-        rms_norm_fwd_exchange_kernel[exchange](
-            **args, **buffers, tiles_per_program=triton.cdiv(n_tiles, exchange[0]),
-            **config.constexprs(), CHUNKS=triton.next_power_of_2(exchange[1]),
-            num_warps=config.num_warps, launch_cooperative_grid=True)
-    elif config.chunked:  # the plain norm compiles one binary per width (WIDTH)
+    if config.chunked:  # the plain norm compiles one binary per width (WIDTH)
         width = 0 if args["HAS_RESIDUAL"] else args["n_cols"]
         rms_norm_fwd_chunked_kernel[grid](**args, **config.constexprs(), WIDTH=width,
                                           num_warps=config.num_warps)
@@ -1044,18 +883,7 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
                   ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
                   COMPUTE_DTYPE=compute, num_warps=config.num_warps,
                   **config.constexprs("backward"))
-    if exchange_grid(config, n_rows, n_cols, x.device) is not None:
-        # x and dy read once, on the same grid; the programs must be co-resident
-        buffers = exchange_buffers(n_chunks, n_rows, n_tiles, 1 if rstd is not None
-                                   else 2, _stats_dtype(compute), x.device)
-        rms_norm_bwd_exchange_kernel[grid](
-            dy, x, weight, dx if rstd is None else rstd, dx, dw_partial, ds,
-            **buffers, eps=eps_pair[0], eps_low=eps_pair[1],
-            tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
-            RECOMPUTE_RSTD=rstd is None, HAS_DS=ds is not dx,
-            CHUNKS=triton.next_power_of_2(n_chunks), launch_cooperative_grid=True,
-            **layout)
-    elif config.chunked:
+    if config.chunked:
         # Step 1 saves rstd and c of each row; step 2 reads them, chunk by chunk.
         row_stats = torch.empty((2, n_rows), dtype=_stats_dtype(compute),
                                 device=x.device)
