@@ -4,7 +4,8 @@ docs/data/<gpu>/explore-widths-<commit>.json).
 
     python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
         [--liger-widths ...] [--cluster-widths ...] [--persistent-widths ...]
-        [--eviction-widths ...] [--eviction-fused-widths ...] [--budget-s S] [--quick]
+        [--eviction-widths ...] [--eviction-fused-widths ...] [--exchange-widths ...]
+        [--budget-s S] [--quick]
 
 16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
 
