@@ -9,6 +9,7 @@ on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per
 import importlib.util
 import os
 import pathlib
+import re
 import sys
 
 if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
@@ -50,17 +51,36 @@ TESTS = pathlib.Path(__file__).resolve().parent
 SPLIT_FREELY = {"test_rmsnorm_triton.py", "test_rmsnorm_fused_add.py"}
 
 
-def worker_group(path: pathlib.Path) -> str | None:
-    """The pytest-xdist work unit of a test file (.ci/test.sh runs ``pytest -n N``): tests that share a
+# tests/bench/ files that read another experiment's --quick run than their name says
+BENCH_RUN_OF = {"test_report_summary_p2.py": "fused_add"}
+_BENCH_FILE = re.compile(r"test_(?:exp|report)_(\w+)\.py")
+_PARAMETER = re.compile(r"\[(\w+)\]$")
+
+
+def _bench_group(rel: pathlib.Path, nodeid: str) -> str:
+    """tests/bench/: one work unit per experiment's --quick run (tests/bench/conftest.py), so that each
+    run is made once and the runs spread over the workers: test_exp_NAME.py and test_report_NAME.py
+    (BENCH_RUN_OF: a file that reads another run), and test_house.py's cases of ``[NAME]``. Every other
+    bench test shares one unit."""
+    found = _BENCH_FILE.fullmatch(rel.name)
+    name = BENCH_RUN_OF.get(rel.name) or (found and found.group(1))
+    if rel.name == "test_house.py":
+        found = _PARAMETER.search(nodeid)
+        name = found and found.group(1)
+    return f"bench:{name}" if name else "bench"
+
+
+def worker_group(path: pathlib.Path, nodeid: str = "") -> str | None:
+    """The pytest-xdist work unit of a test (.ci/test.sh runs ``pytest -n N``): tests that share a
     costly session or module fixture go to one worker, so that it is built once.
 
-    tests/bench/ shares the experiments' --quick runs (tests/bench/conftest.py); the browser and reader
+    tests/bench/: one unit per experiment's --quick run (``_bench_group``); the browser and reader
     checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split
     test by test (None).
     """
     rel = path.resolve().relative_to(TESTS)
     if rel.parts[0] == "bench":
-        return "bench"
+        return _bench_group(rel, nodeid)
     if rel.name in ("test_browser.py", "test_docs_reader.py"):
         return "site"
     if rel.name in SPLIT_FREELY:
@@ -76,7 +96,7 @@ if importlib.util.find_spec("xdist") is not None:
 
         class WorkerGroups(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                group = worker_group(config.rootpath / nodeid.split("::", 1)[0])
+                group = worker_group(config.rootpath / nodeid.split("::", 1)[0], nodeid)
                 return nodeid if group is None else group
 
         return WorkerGroups(config, log)
