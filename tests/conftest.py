@@ -8,8 +8,6 @@ on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per
 """
 import importlib.util
 import os
-import pathlib
-import re
 import sys
 
 if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
@@ -31,6 +29,8 @@ if INTERPRET:
 
 import pytest  # noqa: E402
 
+from worker_groups import worker_group  # noqa: E402  (tests/tools/worker_groups.py)
+
 
 def pytest_report_header(config):
     return f"triton backend: {'interpreter (CPU)' if INTERPRET else 'CUDA'}; device={DEVICE}"
@@ -44,48 +44,6 @@ def device() -> str:
 @pytest.fixture(scope="session")
 def on_gpu() -> bool:
     return ON_GPU
-
-
-TESTS = pathlib.Path(__file__).resolve().parent
-# Files of many independent cases that share no costly fixture: their tests go to any worker.
-SPLIT_FREELY = {"test_rmsnorm_triton.py", "test_rmsnorm_fused_add.py"}
-
-
-# tests/bench/ files that read another experiment's --quick run than their name says
-BENCH_RUN_OF = {"test_report_summary_p2.py": "fused_add"}
-_BENCH_FILE = re.compile(r"test_(?:exp|report)_(\w+)\.py")
-_PARAMETER = re.compile(r"\[(\w+)\]$")
-
-
-def _bench_group(rel: pathlib.Path, nodeid: str) -> str:
-    """tests/bench/: one work unit per experiment's --quick run (tests/bench/conftest.py), so that each
-    run is made once and the runs spread over the workers: test_exp_NAME.py and test_report_NAME.py
-    (BENCH_RUN_OF: a file that reads another run), and test_house.py's cases of ``[NAME]``. Every other
-    bench test shares one unit."""
-    found = _BENCH_FILE.fullmatch(rel.name)
-    name = BENCH_RUN_OF.get(rel.name) or (found and found.group(1))
-    if rel.name == "test_house.py":
-        found = _PARAMETER.search(nodeid)
-        name = found and found.group(1)
-    return f"bench:{name}" if name else "bench"
-
-
-def worker_group(path: pathlib.Path, nodeid: str = "") -> str | None:
-    """The pytest-xdist work unit of a test (.ci/test.sh runs ``pytest -n N``): tests that share a
-    costly session or module fixture go to one worker, so that it is built once.
-
-    tests/bench/: one unit per experiment's --quick run (``_bench_group``); the browser and reader
-    checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split
-    test by test (None).
-    """
-    rel = path.resolve().relative_to(TESTS)
-    if rel.parts[0] == "bench":
-        return _bench_group(rel, nodeid)
-    if rel.name in ("test_browser.py", "test_docs_reader.py"):
-        return "site"
-    if rel.name in SPLIT_FREELY:
-        return None
-    return rel.as_posix()
 
 
 if importlib.util.find_spec("xdist") is not None:

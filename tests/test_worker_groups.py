@@ -1,12 +1,12 @@
-"""tests/conftest.py's worker_group: each experiment's --quick run is a session fixture, made once per
-worker that asks for it. A bench test file that reads a run must be in that run's work unit, or the run
-is made twice (on two workers) and the CPU suite grows by its cost."""
+"""tests/tools/worker_groups.py, the units of tests/conftest.py's scheduler. Each experiment's --quick
+run is a session fixture, made once per worker that asks for it: a bench test file that reads a run must
+be in that run's unit, or the run is made twice (on two workers) and the CPU suite grows by its cost."""
 from __future__ import annotations
 
 import pathlib
 import re
 
-import conftest
+import worker_groups
 
 BENCH = pathlib.Path(__file__).parent / "bench"
 _FIXTURE_RUN = {"quick_p1_profile_dir": "p1_profile", "quick_p1_profile": "p1_profile"}
@@ -28,7 +28,7 @@ def test_every_file_that_reads_a_quick_run_is_in_its_unit():
     for path in sorted(BENCH.glob("test_*.py")):
         if path.name == "test_house.py":  # its cases are grouped by their [NAME] parameter
             continue
-        group = conftest.worker_group(path, f"tests/bench/{path.name}::test")
+        group = worker_groups.worker_group(path, f"tests/bench/{path.name}::test")
         for fixture in sorted(set(re.findall(r"\b(quick_\w+)\b", path.read_text(encoding="utf-8")))):
             if fixture in fixtures and group != f"bench:{fixtures[fixture]}":
                 wrong.append(f"{path.name} reads {fixture} but is in the unit {group}")
@@ -37,8 +37,8 @@ def test_every_file_that_reads_a_quick_run_is_in_its_unit():
 
 def test_the_house_cases_join_their_experiment_and_other_tests_share_one_unit():
     house = BENCH / "test_house.py"
-    assert conftest.worker_group(house, "tests/bench/test_house.py::test_x[p1_profile]") == \
+    assert worker_groups.worker_group(house, "tests/bench/test_house.py::test_x[p1_profile]") == \
         "bench:p1_profile"
-    assert conftest.worker_group(house, "tests/bench/test_house.py::test_x") == "bench"
-    assert conftest.worker_group(BENCH / "test_logs.py", "tests/bench/test_logs.py::t") == "bench"
-    assert conftest.worker_group(BENCH / "test_report_summary_p2.py") == "bench:fused_add"
+    assert worker_groups.worker_group(house, "tests/bench/test_house.py::test_x") == "bench"
+    assert worker_groups.worker_group(BENCH / "test_logs.py", "tests/bench/test_logs.py::t") == "bench"
+    assert worker_groups.worker_group(BENCH / "test_report_summary_p2.py") == "bench:fused_add"

