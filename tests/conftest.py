@@ -8,7 +8,6 @@ on ``sys.path``. tests/bench/ mirrors bench/: a test file per experiment and per
 """
 import importlib.util
 import os
-import pathlib
 import sys
 
 if "triton" in sys.modules:  # pragma: no cover - guards the ordering contract
@@ -30,6 +29,8 @@ if INTERPRET:
 
 import pytest  # noqa: E402
 
+from worker_groups import worker_group  # noqa: E402  (tests/tools/worker_groups.py)
+
 
 def pytest_report_header(config):
     return f"triton backend: {'interpreter (CPU)' if INTERPRET else 'CUDA'}; device={DEVICE}"
@@ -45,29 +46,6 @@ def on_gpu() -> bool:
     return ON_GPU
 
 
-TESTS = pathlib.Path(__file__).resolve().parent
-# Files of many independent cases that share no costly fixture: their tests go to any worker.
-SPLIT_FREELY = {"test_rmsnorm_triton.py", "test_rmsnorm_fused_add.py"}
-
-
-def worker_group(path: pathlib.Path) -> str | None:
-    """The pytest-xdist work unit of a test file (.ci/test.sh runs ``pytest -n N``): tests that share a
-    costly session or module fixture go to one worker, so that it is built once.
-
-    tests/bench/ shares the experiments' --quick runs (tests/bench/conftest.py); the browser and reader
-    checks share one strict site build; every other file keeps its module fixtures; SPLIT_FREELY is split
-    test by test (None).
-    """
-    rel = path.resolve().relative_to(TESTS)
-    if rel.parts[0] == "bench":
-        return "bench"
-    if rel.name in ("test_browser.py", "test_docs_reader.py"):
-        return "site"
-    if rel.name in SPLIT_FREELY:
-        return None
-    return rel.as_posix()
-
-
 if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
         """Work units by :func:`worker_group`. (xdist's own ``--dist loadgroup`` marks do not group on
@@ -76,7 +54,7 @@ if importlib.util.find_spec("xdist") is not None:
 
         class WorkerGroups(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                group = worker_group(config.rootpath / nodeid.split("::", 1)[0])
+                group = worker_group(config.rootpath / nodeid.split("::", 1)[0], nodeid)
                 return nodeid if group is None else group
 
         return WorkerGroups(config, log)
