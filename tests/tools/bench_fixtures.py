@@ -20,10 +20,8 @@ SMALL_TRACE = FIXTURES / "traces" / "p1_profile_small_trace.json"
 
 
 def machine_folder() -> str:
-    """The data folder of this machine, as record.save names it: ``cpu``, or the GPU's (``h200``)."""
-    import torch
-
-    return store.gpu_slug(torch.cuda.get_device_name(0) if mode.gpu_available() else "cpu")
+    """The data folder of this machine, by record.save's rule: ``cpu``, or the GPU's (``h200``)."""
+    return store.gpu_slug(record.environment()["gpu"] or "cpu")
 
 
 def quick_run(name: str, folder: pathlib.Path) -> dict:
