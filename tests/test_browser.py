@@ -193,49 +193,37 @@ def svg_text_sizes(svg: str) -> tuple[float, list[tuple[str, float]]]:
     return width, [(html.unescape(text), float(scale) * 100) for text, scale in _SVG_TEXT.findall(svg)]
 
 
-def reading_problems(browser, server: str, site: pathlib.Path) -> tuple[list[str], list[str]]:
-    """(problems, one measurement line per article) at 1280x800, light scheme."""
-    context = browser.new_context(color_scheme="light", viewport=VIEWPORTS["desktop"], service_workers="block")
-    context.add_init_script(OPEN_SHADOW_ROOTS)
-    problems, lines = [], []
-    try:
-        for path in ARTICLE_PATHS:
-            page = context.new_page()
-            page.goto(server + path, wait_until="load")
-            _wait_for_diagrams(page, site, path)
-            seen = page.evaluate(INSPECT_READING)
-            page.close()
-            sizes = []
-            if seen["height"] > MAX_ARTICLE_HEIGHT_PX:
-                problems.append(f"{path}: {seen['height']} px tall at 1280 px, limit {MAX_ARTICLE_HEIGHT_PX}")
-            for plot in seen["plots"]:
-                file = (site / path.lstrip("/") / plot["src"]).resolve()
-                view_width, texts = svg_text_sizes(file.read_text(encoding="utf-8"))
-                scale = plot["width"] / view_width
-                small = min(texts, key=lambda t: t[1]) if texts else ("", float("inf"))
-                sizes.append(small[1] * scale)
-                if small[1] * scale < MIN_FIGURE_TEXT_PX:
-                    problems.append(f"{path} {plot['src']}: text {small[0]!r} renders at {small[1] * scale:.1f} px "
-                                    f"(font {small[1]:.1f} in a {view_width:.0f}-wide plot shown {plot['width']:.0f} px "
-                                    f"wide), minimum {MIN_FIGURE_TEXT_PX}")
-                if not plot["linked"]:
-                    problems.append(f"{path} {plot['src']}: the plot is not a link to its full-size file")
-            for index, diagram in enumerate(seen["diagrams"], 1):
-                if diagram["smallest"] < MIN_DIAGRAM_TEXT_PX:
-                    problems.append(f"{path} diagram {index}: label {diagram['label']!r} renders at "
-                                    f"{diagram['smallest']:.1f} px, minimum {MIN_DIAGRAM_TEXT_PX}")
-                if diagram["height"] > MAX_DIAGRAM_HEIGHT_PX:
-                    problems.append(f"{path} diagram {index}: {diagram['height']:.0f} px tall, more than one "
-                                    f"screen ({MAX_DIAGRAM_HEIGHT_PX} px)")
-            smallest_plot = f"{min(sizes):.1f}" if sizes else "-"
-            smallest_label = f"{min(d['smallest'] for d in seen['diagrams']):.1f}" if seen["diagrams"] else "-"
-            lines.append(f"{path}: {seen['height']} px tall at 1280 px (limit {MAX_ARTICLE_HEIGHT_PX}); "
-                         f"{len(seen['plots'])} plots, smallest text {smallest_plot} px; "
-                         f"{len(seen['diagrams'])} diagrams, smallest label {smallest_label} px, tallest "
-                         f"{max((d['height'] for d in seen['diagrams']), default=0):.0f} px")
-    finally:
-        context.close()
-    return problems, lines
+def reading_problems(seen: dict, path: str, site: pathlib.Path) -> tuple[list[str], str]:
+    """(problems, one measurement line) of one article, from INSPECT_READING at 1280x800."""
+    problems, sizes = [], []
+    if seen["height"] > MAX_ARTICLE_HEIGHT_PX:
+        problems.append(f"{path}: {seen['height']} px tall at 1280 px, limit {MAX_ARTICLE_HEIGHT_PX}")
+    for plot in seen["plots"]:
+        file = (site / path.lstrip("/") / plot["src"]).resolve()
+        view_width, texts = svg_text_sizes(file.read_text(encoding="utf-8"))
+        scale = plot["width"] / view_width
+        small = min(texts, key=lambda t: t[1]) if texts else ("", float("inf"))
+        sizes.append(small[1] * scale)
+        if small[1] * scale < MIN_FIGURE_TEXT_PX:
+            problems.append(f"{path} {plot['src']}: text {small[0]!r} renders at {small[1] * scale:.1f} px "
+                            f"(font {small[1]:.1f} in a {view_width:.0f}-wide plot shown {plot['width']:.0f} px "
+                            f"wide), minimum {MIN_FIGURE_TEXT_PX}")
+        if not plot["linked"]:
+            problems.append(f"{path} {plot['src']}: the plot is not a link to its full-size file")
+    for index, diagram in enumerate(seen["diagrams"], 1):
+        if diagram["smallest"] < MIN_DIAGRAM_TEXT_PX:
+            problems.append(f"{path} diagram {index}: label {diagram['label']!r} renders at "
+                            f"{diagram['smallest']:.1f} px, minimum {MIN_DIAGRAM_TEXT_PX}")
+        if diagram["height"] > MAX_DIAGRAM_HEIGHT_PX:
+            problems.append(f"{path} diagram {index}: {diagram['height']:.0f} px tall, more than one "
+                            f"screen ({MAX_DIAGRAM_HEIGHT_PX} px)")
+    smallest_plot = f"{min(sizes):.1f}" if sizes else "-"
+    smallest_label = f"{min(d['smallest'] for d in seen['diagrams']):.1f}" if seen["diagrams"] else "-"
+    line = (f"{path}: {seen['height']} px tall at 1280 px (limit {MAX_ARTICLE_HEIGHT_PX}); "
+            f"{len(seen['plots'])} plots, smallest text {smallest_plot} px; "
+            f"{len(seen['diagrams'])} diagrams, smallest label {smallest_label} px, tallest "
+            f"{max((d['height'] for d in seen['diagrams']), default=0):.0f} px")
+    return problems, line
 
 
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -302,14 +290,18 @@ def test_every_nav_page_is_built(built_site):
 
 def _screenshot_name(path: str, scheme: str) -> str:
     stem = path.strip("/").replace("/", "__") or "index"
-    return f"{stem}-{scheme}.png"
+    return f"{stem}-{scheme}.jpg"
 
 
-def _check_page(browser, server: str, path: str, scheme: str, site: pathlib.Path) -> list[str]:
-    """Open one page; return the list of problems (empty when the page is clean)."""
+def _check_page(browser, server: str, path: str, scheme: str, site: pathlib.Path,
+                inspect: bool = False) -> dict:
+    """Open one page at 1280x800 and screenshot it. Returns {"problems": [...]} (empty when
+    the page is clean); with ``inspect``, also what a reader sees there (``"reading"``,
+    articles only) and what does not fit the column (``"overflow"``), from the same visit."""
     problems: list[str] = []
+    seen: dict = {"problems": problems}
     local = urllib.parse.urlsplit(server).netloc
-    context = browser.new_context(color_scheme=scheme, viewport={"width": 1280, "height": 900},
+    context = browser.new_context(color_scheme=scheme, viewport=VIEWPORTS["desktop"],
                                   service_workers="block")
     context.add_init_script(OPEN_SHADOW_ROOTS)
 
@@ -351,19 +343,36 @@ def _check_page(browser, server: str, path: str, scheme: str, site: pathlib.Path
                 problems.append(f"mermaid diagram {index}: {diagram['state']}: {diagram['text']!r}")
         if len(ok) != expected:
             problems.append(f"expected {expected} mermaid diagrams rendered to SVG, found {len(ok)}")
+        if inspect and path in ARTICLE_PATHS:
+            seen["reading"] = page.evaluate(INSPECT_READING)  # before the overflow check opens <details>
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / _screenshot_name(path, scheme)), full_page=True)
+        # JPEG: half the time of a PNG for the 55,000-px methods page, and plenty to look at
+        page.screenshot(path=str(SCREENSHOTS / _screenshot_name(path, scheme)), full_page=True,
+                        type="jpeg", quality=80)
+        if inspect:
+            seen["overflow"] = page.evaluate(INSPECT_OVERFLOW, False)
     finally:
         context.close()
-    return problems
+    return seen
+
+
+@pytest.fixture(scope="session")
+def light_desktop_visits(browser, server, built_site) -> dict[str, dict]:
+    """Each page visited once, light, at 1280x800: the render check, the screenshot, the
+    desktop column check and the articles' reading check all read this one visit."""
+    return {path: _check_page(browser, server, path, "light", built_site, inspect=True)
+            for path in site_pages(built_site)}
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_pages_render_offline(browser, server, built_site, scheme):
+def test_pages_render_offline(request, browser, server, built_site, scheme):
+    if scheme == "light":
+        visits = request.getfixturevalue("light_desktop_visits")
+    else:
+        visits = {path: _check_page(browser, server, path, scheme, built_site) for path in site_pages(built_site)}
     report = []
-    for path in site_pages(built_site):
-        problems = _check_page(browser, server, path, scheme, built_site)
-        report += [f"{path} ({scheme}): {problem}" for problem in problems]
+    for path, seen in visits.items():
+        report += [f"{path} ({scheme}): {problem}" for problem in seen["problems"]]
     if report:
         pytest.fail("browser check failed:\n  " + "\n  ".join(report), pytrace=False)
 
@@ -380,7 +389,8 @@ def _wait_for_diagrams(page, site: pathlib.Path, path: str) -> None:
 
 
 def overflow_problems(browser, server: str, site: pathlib.Path, viewport: str) -> list[str]:
-    """Everything wider than the content column, page by page, at one viewport (light scheme)."""
+    """Everything wider than the content column, page by page, at one viewport (light scheme).
+    The desktop viewport's report comes from ``light_desktop_visits``; this is the phone's."""
     context = browser.new_context(color_scheme="light", viewport=VIEWPORTS[viewport], service_workers="block")
     context.add_init_script(OPEN_SHADOW_ROOTS)
     report = []
@@ -398,16 +408,26 @@ def overflow_problems(browser, server: str, site: pathlib.Path, viewport: str) -
 
 
 @pytest.mark.parametrize("viewport", list(VIEWPORTS))
-def test_nothing_wider_than_the_column(browser, server, built_site, viewport):
-    report = overflow_problems(browser, server, built_site, viewport)
+def test_nothing_wider_than_the_column(request, browser, server, built_site, viewport):
+    if viewport == "desktop":
+        visits = request.getfixturevalue("light_desktop_visits")
+        report = [f"{path} (desktop) {item['kind']}: {item['what']}: {item['text']!r}"
+                  for path, seen in visits.items() for item in seen["overflow"]]
+    else:
+        report = overflow_problems(browser, server, built_site, viewport)
     if report:
         pytest.fail(f"{len(report)} element(s) do not fit the content column:\n  " + "\n  ".join(report),
                     pytrace=False)
 
 
-def test_articles_read_at_desktop_width(browser, server, built_site):
+def test_articles_read_at_desktop_width(light_desktop_visits, built_site):
     """Height, plot text and diagram size of each article at 1280 px (printed, then checked)."""
-    problems, lines = reading_problems(browser, server, built_site)
+    problems, lines = [], []
+    for path in ARTICLE_PATHS:
+        assert path in light_desktop_visits, f"{path} is not a page of the built site"
+        found, line = reading_problems(light_desktop_visits[path]["reading"], path, built_site)
+        problems += found
+        lines.append(line)
     print("\n" + "\n".join(lines))
     if problems:
         pytest.fail(f"{len(problems)} reading problem(s) at 1280 px:\n  " + "\n  ".join(problems), pytrace=False)
@@ -440,5 +460,5 @@ def test_chinese_search_finds_pages(browser, server):
 def test_screenshots_folder_is_ignored_by_git():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    result = subprocess.run(["git", "check-ignore", "-q", "artifacts/screenshots/x.png"], cwd=ROOT)
+    result = subprocess.run(["git", "check-ignore", "-q", "artifacts/screenshots/x.jpg"], cwd=ROOT)
     assert result.returncode == 0, "artifacts/ must be in .gitignore"
