@@ -23,7 +23,14 @@ if [[ "${1:-}" == "--" ]]; then shift; fi
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 PY="$VENV/bin/python"
-export NO_MKDOCS_2_WARNING=1 PYTHONDONTWRITEBYTECODE=1
+export NO_MKDOCS_2_WARNING=1
+# Bytecode: pip installs without compiling (--no-compile: transformers and torch hold
+# thousands of modules a test never imports), and each module is compiled on its first
+# import into one cache under the venv, which every later process (xdist workers, the
+# experiments' subprocesses) reads. Nothing is written next to the sources.
+unset PYTHONDONTWRITEBYTECODE
+if [[ $VENV == /* ]]; then PYTHONPYCACHEPREFIX=$VENV/pycache; else PYTHONPYCACHEPREFIX=$PWD/$VENV/pycache; fi
+export PYTHONPYCACHEPREFIX
 
 step() { printf '\n==> %s\n' "$*"; }
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
@@ -74,14 +81,14 @@ if [[ $MODE == gpu ]]; then
   [[ -x "$PY" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"
   "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device: the GPU suite must run on a GPU")'
   grep -vE '^(torch|triton)==|^-r ' requirements-test.txt > "$VENV/requirements-gpu.txt"
-  "$PY" -m pip install --quiet -r requirements-docs.txt -r "$VENV/requirements-gpu.txt"
+  "$PY" -m pip install --quiet --no-compile -r requirements-docs.txt -r "$VENV/requirements-gpu.txt"
   PYTEST_SELECT=(-m "not browser")
   WORKERS=${PYTEST_WORKERS:-0}  # one process: the tests share one GPU
 else
   find_browser
   [[ -x "$PY" ]] || "$PYTHON" -m venv "$VENV"
   # shellcheck disable=SC2046  # the index arguments are words on purpose
-  "$PY" -m pip install --quiet $(torch_cpu_index_args) -r requirements-test.txt
+  "$PY" -m pip install --quiet --no-compile $(torch_cpu_index_args) -r requirements-test.txt
   PYTEST_SELECT=()
   WORKERS=${PYTEST_WORKERS:-auto}  # one pytest-xdist worker per core
 fi
@@ -106,7 +113,7 @@ if [[ $MODE == cpu && $# -eq 0 ]]; then
   step "pytest: the Qwen3 patch tests on transformers $WANTED"
   if [[ ! -d "$NEWEST/transformers-$WANTED.dist-info" ]]; then
     rm -rf "$NEWEST"
-    "$PY" -m pip install --quiet --no-deps --target "$NEWEST" -r requirements-transformers-newest.txt
+    "$PY" -m pip install --quiet --no-compile --no-deps --target "$NEWEST" -r requirements-transformers-newest.txt
   fi
   EXPECTED_TRANSFORMERS=$WANTED PYTHONPATH="$NEWEST" "$PY" -m pytest -p no:cacheprovider \
     --cov=snippets --cov-report= --cov-fail-under=0 \
