@@ -34,3 +34,34 @@ def test_helpers_run_and_the_language_is_restored():
     with pytest.raises(Exception):  # an error inside a launch still restores the language
         _twice_kernel[(1,)](x, y, 6)  # tl.arange needs a power of two
     assert tl.load is load
+
+
+@triton.jit
+def _row_sums_kernel(x_ptr, y_ptr, ROWS: tl.constexpr, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    total = tl.zeros((N,), dtype=tl.float32)
+    for row in range(ROWS):  # Triton's own helpers (tl.sum, tl.zeros) called again and again
+        values = tl.load(x_ptr + row * N + cols)
+        total += values * tl.sum(values, axis=0) + tl.zeros((N,), dtype=tl.float32)
+    tl.store(y_ptr + cols, total)
+
+
+def test_triton_helpers_patch_the_core_module_once_per_launch(monkeypatch):
+    """tl.sum and tl.zeros live in modules that see triton.language.core, which the launch of a
+    kernel that sees only triton.language does not patch: the first such helper patches it, and
+    no later one walks it again. That is only sound while Triton leaves a helper's patch in place."""
+    from triton.runtime import interpreter
+
+    walked = []  # every module Triton's _patch_lang walks for builtins
+    patch_builtin = interpreter._patch_builtin
+    monkeypatch.setattr(interpreter, "_patch_builtin",
+                        lambda pkg, *args: walked.append(pkg) or patch_builtin(pkg, *args))
+    x = torch.randn(4, 8)
+    y = torch.full((8,), float("nan"))
+    _row_sums_kernel[(1,)](x, y, 4, 8)
+    torch.testing.assert_close(y, (x * x.sum(1, keepdim=True)).sum(0), rtol=1e-5, atol=1e-5)
+    # 4 rows x (one tl.sum + one tl.zeros) + the tl.zeros before the loop: 9 helper calls;
+    # the first of them walks tl.core once, the launch walked tl once; none walks again.
+    assert sum(pkg is tl.core for pkg in walked) == 1 and sum(pkg is tl for pkg in walked) == 1, walked
+    # Triton 3.6 never restores a helper's patch: tl.core's builtins stay wrapped after the launch.
+    assert not tl.core.is_builtin(tl.core.reshape), "Triton now restores a helper's patch: revisit the shortcut"

@@ -6,7 +6,10 @@ interpreter.py: ``InterpretedFunction.__call__`` calls ``_patch_lang``), which w
 modules with inspect.getmembers: about 2 ms per helper call, over a third of a chunked
 kernel's interpreted time. When the helper sees no language module the launch did not
 patch already, that second patch changes nothing, so it is skipped; anything else takes
-Triton's own path. The kernels run the same code either way.
+Triton's own path. A helper call never restores its patch (``InterpretedFunction.__call__``
+drops the scope), so a module a helper patched, ``triton.language.core`` for Triton's own
+``tl.sum`` and ``tl.zeros``, counts as patched for the rest of the launch. The kernels run
+the same code either way.
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ def skip_redundant_language_patching() -> bool:
             return None  # a helper called inside a launch: already patched (its caller drops the scope)
         scope = original(fn)
         if launches:
+            # A helper of Triton's own (tl.sum, tl.zeros: their module sees triton.language.core)
+            # patched a module the launch had not. Triton never restores a helper's patch, so the
+            # module stays patched: later helpers that see it need not walk it again.
+            launches[-1] |= seen
             return scope
         launches.append(seen)
         restore = scope.restore
