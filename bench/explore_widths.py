@@ -820,6 +820,147 @@ def exchange_attempt(width, rows, quick):
     return entry
 
 
+def _smem_forward_kernel():
+    """The plain forward with each row held in shared memory, in Triton's Gluon dialect
+    (explicit layouts and shared memory; not in Triton's own language). One read of x
+    from DRAM, where the chunked forward reads it twice (pass 2 mostly from L2).
+
+    A persistent program walks rows pid, pid + n_programs, ... through a ring of N_SLOTS
+    chunk buffers (N_SLOTS >= the row's chunks): cp.async copies the first N_SLOTS chunks
+    in, pass 1 sums squares as they land, pass 2 normalizes from shared memory and, as it
+    frees each slot, starts the copy of the chunk N_SLOTS further on (the next row's
+    beginning). Each chunk is one commit group, so "chunk c of this row has landed" is
+    ``wait_group(N_SLOTS - 1 - c)``. Contiguous rows, N_COLS a multiple of 8 (16-byte
+    copies). CUDA sm_80+ only: the interpreter cannot run Gluon.
+    """
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+    global _copy_chunk  # the kernel finds its helper among the globals
+
+    @gluon.jit
+    def _copy_chunk(ring, X, slot, k, pid, n_programs, n_rows, cols,
+                    N_COLS: gl.constexpr, CHUNK: gl.constexpr, N_CHUNKS: gl.constexpr):
+        row = pid + (k // N_CHUNKS) * n_programs  # chunk k of this program's sequence
+        start = (k % N_CHUNKS) * CHUNK
+        async_copy.async_copy_global_to_shared(
+            ring.index(slot), X + row.to(gl.int64) * N_COLS + start + cols,
+            mask=(start + cols < N_COLS) & (row < n_rows))
+        async_copy.commit_group()  # empty past the last row: the count stays right
+
+    @gluon.jit
+    def smem_row_fwd_kernel(X, W, Y, RSTD, n_rows, eps, N_COLS: gl.constexpr,
+                            CHUNK: gl.constexpr, N_SLOTS: gl.constexpr):
+        N_CHUNKS: gl.constexpr = (N_COLS + CHUNK - 1) // CHUNK
+        layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+        ring = gl.allocate_shared_memory(X.dtype.element_ty, [N_SLOTS, CHUNK],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        cols = gl.arange(0, CHUNK, layout=layout)
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        for k in gl.static_range(N_SLOTS):
+            _copy_chunk(ring, X, k, k, pid, n_programs, n_rows, cols, N_COLS, CHUNK, N_CHUNKS)
+        for i in range((n_rows - pid + n_programs - 1) // n_programs):
+            row = pid + i * n_programs
+            first = i * N_CHUNKS
+            squares = gl.zeros([CHUNK], gl.float32, layout)
+            for c in gl.static_range(N_CHUNKS):
+                async_copy.wait_group(N_SLOTS - 1 - c)
+                x = ring.index((first + c) % N_SLOTS).load(layout).to(gl.float32)
+                squares += x * x
+            rstd = gl.rsqrt(gl.sum(squares, axis=0) / N_COLS + eps)
+            for c in gl.static_range(N_CHUNKS):
+                slot = (first + c) % N_SLOTS
+                x = ring.index(slot).load(layout).to(gl.float32)
+                mask = c * CHUNK + cols < N_COLS
+                w = gl.load(W + c * CHUNK + cols, mask=mask, other=0.0)
+                x_hat = (x * rstd).to(X.dtype.element_ty).to(gl.float32)  # HF's rounding
+                gl.store(Y + row.to(gl.int64) * N_COLS + c * CHUNK + cols,
+                         (x_hat * w.to(gl.float32)).to(Y.dtype.element_ty), mask=mask)
+                _copy_chunk(ring, X, slot, first + c + N_SLOTS, pid, n_programs, n_rows,
+                            cols, N_COLS, CHUNK, N_CHUNKS)
+            gl.store(RSTD + row, rstd)
+        async_copy.wait_group(0)
+
+    return smem_row_fwd_kernel
+
+
+def smem_forward(x, w, chunk, slots, warps, programs_per_sm, out=None):
+    """(y, rstd) of the shared-memory forward; ``out``: preallocated (y, rstd)."""
+    rt, _ = _kernels()
+    n_rows, n_cols = x.shape
+    y, rstd = out if out is not None else (torch.empty_like(x), torch.empty(
+        n_rows, device=x.device, dtype=torch.float32))
+    grid = min(n_rows, rt.sm_count(x.device) * programs_per_sm)
+    _smem_forward_kernel()[(grid,)](x, w, y, rstd, n_rows, EPS, N_COLS=n_cols,
+                                    CHUNK=chunk, N_SLOTS=slots, num_warps=warps)
+    return y, rstd
+
+
+SMEM_BYTES = 227 * 1024  # the H100/H200 limit per block (sm_90)
+
+
+def smem_configs(width: int, quick: bool = False):
+    """(chunk, slots, warps, programs per SM): the ring from one row to all that fits."""
+    out = []
+    for chunk, warps in ((4096, 16), (2048, 8), (8192, 16), (4096, 8)):
+        n_chunks = -(-width // chunk)
+        for per_sm in (1, 2, 3):
+            room = SMEM_BYTES // per_sm // (chunk * 2) - 1  # a little for the reduction
+            for slots in sorted({n_chunks, n_chunks + n_chunks // 2, 2 * n_chunks, room}):
+                if n_chunks <= slots <= room:
+                    out.append((chunk, slots, warps, per_sm))
+    return out[:2] if quick else out
+
+
+def smem_attempt(width, rows, quick):
+    """The shipped forward against the shared-memory forward (_smem_forward_kernel) at
+    every smem_configs config, and torch.compile of HF's module and quack, in one process.
+    y must be within 1 bf16 ulp of the shipped kernel's (the row sums are added in
+    another order), rstd within 1e-6 relative."""
+    from bench.harness.contenders import rmsnorm_contenders
+
+    rt, _ = _kernels()
+    sets_n = 1 if quick else mode.rotating_input_sets(2 * rows * width * 2, DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(width)
+    inputs = [(torch.randn(rows, width, device=DEVICE, generator=gen).to(DTYPE),)
+              for _ in range(sets_n)]
+    weight = (torch.rand(width, device=DEVICE, generator=gen) + 0.5).to(DTYPE)
+    prepared = [rt.forward_arguments(x, weight, EPS) for x, in inputs]
+    config = rt.forward_config(width, DEVICE)
+    entry = {"width": width, "rows": rows, "input_sets": sets_n, "shipped": _fields(config)}
+    shipped_fns = [lambda a=a: rt.launch_forward(a, config) for _, _, a in prepared]
+    entry["shipped"]["us"] = _time(shipped_fns)
+    y0, rstd0, _ = prepared[0]
+    entry["variants"] = []
+    for chunk, slots, warps, per_sm in smem_configs(width, quick):
+        fields = {"block_cols": chunk, "slots": slots, "num_warps": warps,
+                  "programs_per_sm": per_sm, "smem_bytes": slots * chunk * 2}
+        try:
+            y, rstd = smem_forward(inputs[0][0], weight, chunk, slots, warps, per_sm)
+            fields["y_max_abs_diff"] = float((y.float() - y0.float()).abs().max())
+            fields["y_differs"] = int((y != y0).sum())
+            fields["rstd_max_rel_diff"] = float(((rstd - rstd0) / rstd0).abs().max())
+        except Exception as error:
+            fields["error"] = f"{type(error).__name__}: {error}"[:300]
+            entry["variants"].append(fields)
+            continue
+        outs = [(torch.empty_like(y), torch.empty_like(rstd)) for _ in inputs]
+        entry["variants"].append(_timed(fields, [
+            lambda x=x, o=o, c=(chunk, slots, warps, per_sm): smem_forward(x, weight, *c, out=o)
+            for (x,), o in zip(inputs, outs)]))
+    entry["shipped_again_us"] = _time(shipped_fns)
+    peers = {"fwd": {}, "fwd_bwd": {}, "errors": {}}
+    skipped = {}
+    built = rmsnorm_contenders(["compile_hf", "quack"], width, DTYPE, DEVICE, skipped, EPS)
+    for name, (fn, w) in built.items():
+        time_contender(peers, name, fn, w, [(x, x) for x, in inputs], eager=False, replays=6)
+    entry["peers"] = {"fwd": {k: v["median_us"] for k, v in peers["fwd"].items()},
+                      "errors": peers["errors"], "skipped": skipped}
+    return entry
+
+
 def cluster_attempt(width, rows):
     """quack's way for wide rows: one row in registers across a cluster of num_ctas
     thread blocks. Records the compile error where Triton cannot build it."""
@@ -863,6 +1004,7 @@ def main():
     parser.add_argument("--eviction-fused-widths", default="")
     parser.add_argument("--fresh-backward-widths", default="")
     parser.add_argument("--exchange-widths", default="")
+    parser.add_argument("--smem-widths", default="")
     parser.add_argument("--snippets", default=None, help="import the kernels from this folder")
     parser.add_argument("--tag", default="")
     parser.add_argument("--budget-s", type=float, default=1e9)
@@ -882,7 +1024,7 @@ def main():
                                    "per graph, 6 replays), rotating input sets",
                           "tag": args.tag},
                "results": {"fused": [], "plain": [], "cluster": [], "persistent": [],
-                           "eviction": [], "fresh_backward": [], "exchange": []}}
+                           "eviction": [], "fresh_backward": [], "exchange": [], "smem": []}}
     results = payload["results"]
     stem = STEM + (f"-{args.tag}" if args.tag else "")
 
@@ -974,6 +1116,17 @@ def main():
             continue
         results["exchange"].append(exchange_attempt(width, rows, args.quick))
         save()
+    for width in _widths(args.smem_widths):
+        if time.perf_counter() - began > args.budget_s:
+            results.setdefault("skipped_widths", []).append(width)
+            continue
+        entry = smem_attempt(width, rows, args.quick)
+        results["smem"].append(entry)
+        save()
+        best = _best(entry["variants"])
+        print(f"smem {width}: shipped {entry['shipped']['us']:.1f} / "
+              f"{entry['shipped_again_us']:.1f} us, best {best}, peers {entry['peers']['fwd']}",
+              flush=True)
     for width in _widths(args.cluster_widths):
         results["cluster"] += cluster_attempt(width, rows)
         save()
