@@ -5,7 +5,7 @@ docs/data/<gpu>/explore-widths-<commit>.json).
     python -m bench.explore_widths --out DIR [--fused-widths 256,...] [--widths ...]
         [--liger-widths ...] [--cluster-widths ...] [--persistent-widths ...]
         [--eviction-widths ...] [--eviction-fused-widths ...] [--exchange-widths ...]
-        [--budget-s S] [--quick]
+        [--smem-widths ...] [--budget-s S] [--quick]
 
 16384 rows, bf16, each kernel timed by CUDA-graph replay over rotating input sets:
 
@@ -24,6 +24,9 @@ docs/data/<gpu>/explore-widths-<commit>.json).
 * ``exchange`` (``--exchange-widths``): the shipped chunked kernels against the exchange
   kernels (a row's chunk programs swap their partial sums through global memory, so each
   element is read once), forward and backward, plain and fused, in one process;
+* ``smem`` (``--smem-widths``): the shipped chunked forward against a forward that holds
+  each row in shared memory, written in Gluon (Triton 3.6's explicit-layout dialect), with
+  the copies by cp.async or by TMA, next to ``torch.compile`` of HF's module and quack;
 * ``eviction`` (``--eviction-widths``, ``--eviction-fused-widths``): the shipped chunked
   forward (plain, or the fused add) against the same kernel with or without L2 eviction
   hints (Inductor's looped reduction: pass 1 ``evict_last``, pass 2 ``evict_first``), the
@@ -48,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import multiprocessing
 import pathlib
 import re
@@ -886,6 +890,101 @@ def _smem_forward_kernel():
     return smem_row_fwd_kernel
 
 
+TMA_INNER = 256  # a TMA box is at most 256 elements a side: chunks are [CHUNK / 256, 256]
+
+
+def _tma_forward_kernel():
+    """_smem_forward_kernel with Hopper's bulk copy engine (TMA) in place of cp.async: one
+    thread starts a 16-byte-aligned copy of a whole chunk, and an mbarrier per ring slot
+    says when it has landed, so the warps issue no loads of x at all. x is seen as
+    [rows * N_COLS / 256, 256], a chunk as CHUNK / 256 of those rows; N_COLS a multiple of
+    CHUNK. sm_90+ only."""
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+    global _tma_chunk  # the kernel finds its helper among the globals
+
+    @gluon.jit
+    def _tma_chunk(x_desc, ring, ready, k, total, pid, n_programs,
+                   N_COLS: gl.constexpr, CHUNK: gl.constexpr, N_SLOTS: gl.constexpr):
+        gl.static_assert(N_COLS % CHUNK == 0)  # (and it puts gl in the helper's scope)
+        N_CHUNKS: gl.constexpr = N_COLS // CHUNK
+        row = pid + (k // N_CHUNKS) * n_programs  # chunk k of this program's sequence
+        box_row = row * (N_COLS // 256) + (k % N_CHUNKS) * (CHUNK // 256)
+        bar = ready.index(k % N_SLOTS)
+        mbarrier.expect(bar, x_desc.block_type.nbytes, pred=k < total)
+        tma.async_copy_global_to_shared(x_desc, [box_row, 0], bar, ring.index(k % N_SLOTS),
+                                        pred=k < total)
+
+    @gluon.jit
+    def tma_row_fwd_kernel(x_desc, W, Y, RSTD, n_rows, eps, N_COLS: gl.constexpr,
+                           CHUNK: gl.constexpr, N_SLOTS: gl.constexpr):
+        N_CHUNKS: gl.constexpr = N_COLS // CHUNK
+        BOX_ROWS: gl.constexpr = CHUNK // 256
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+        ring = gl.allocate_shared_memory(x_desc.dtype, [N_SLOTS, BOX_ROWS, 256], x_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [N_SLOTS, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(N_SLOTS):
+            mbarrier.init(ready.index(s), count=1)
+        fence_async_shared()
+        pid = gl.program_id(0)
+        n_programs = gl.num_programs(0)
+        my_rows = (n_rows - pid + n_programs - 1) // n_programs
+        total = my_rows * N_CHUNKS
+        for first_slot in gl.static_range(N_SLOTS):
+            _tma_chunk(x_desc, ring, ready, first_slot, total, pid, n_programs, N_COLS, CHUNK, N_SLOTS)
+        box_r = gl.arange(0, BOX_ROWS, layout=gl.SliceLayout(1, layout))
+        box_c = gl.arange(0, 256, layout=gl.SliceLayout(0, layout))
+        offsets = box_r[:, None] * 256 + box_c[None, :]
+        for i in range(my_rows):
+            row = pid + i * n_programs
+            first = i * N_CHUNKS
+            squares = gl.zeros([BOX_ROWS, 256], gl.float32, layout)
+            for c in gl.static_range(N_CHUNKS):
+                seq = first + c  # the chunk's place in this program's sequence
+                mbarrier.wait(ready.index(seq % N_SLOTS), (seq // N_SLOTS) & 1)
+                x = ring.index(seq % N_SLOTS).load(layout).to(gl.float32)
+                squares += x * x
+            rstd = gl.rsqrt(gl.sum(gl.sum(squares, axis=1), axis=0) / N_COLS + eps)
+            for c in gl.static_range(N_CHUNKS):
+                seq = first + c
+                x = ring.index(seq % N_SLOTS).load(layout).to(gl.float32)
+                w = gl.load(W + c * CHUNK + offsets).to(gl.float32)
+                x_hat = (x * rstd).to(x_desc.dtype).to(gl.float32)  # HF's rounding
+                gl.store(Y + row.to(gl.int64) * N_COLS + c * CHUNK + offsets,
+                         (x_hat * w).to(Y.dtype.element_ty))
+                gl.thread_barrier()  # every warp has read the slot before it is refilled
+                fence_async_shared()
+                _tma_chunk(x_desc, ring, ready, seq + N_SLOTS, total, pid, n_programs,
+                           N_COLS, CHUNK, N_SLOTS)
+            gl.store(RSTD + row, rstd)
+        for s in gl.static_range(N_SLOTS):
+            mbarrier.invalidate(ready.index(s))
+
+    return tma_row_fwd_kernel
+
+
+def tma_forward(x, w, chunk, slots, warps, programs_per_sm, out=None):
+    """(y, rstd) of the TMA forward; ``out``: preallocated (y, rstd)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    rt, _ = _kernels()
+    n_rows, n_cols = x.shape
+    if n_cols % chunk or chunk % TMA_INNER or chunk // TMA_INNER > 256:
+        raise ValueError(f"the TMA forward needs chunks of k x 256 dividing the row: {chunk}")
+    y, rstd = out if out is not None else (torch.empty_like(x), torch.empty(
+        n_rows, device=x.device, dtype=torch.float32))
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
+    x_desc = TensorDescriptor.from_tensor(x.view(-1, TMA_INNER), [chunk // TMA_INNER, TMA_INNER],
+                                          layout)
+    grid = min(n_rows, rt.sm_count(x.device) * programs_per_sm)
+    _tma_forward_kernel()[(grid,)](x_desc, w, y, rstd, n_rows, EPS, N_COLS=n_cols,
+                                   CHUNK=chunk, N_SLOTS=slots, num_warps=warps)
+    return y, rstd
+
+
 def smem_forward(x, w, chunk, slots, warps, programs_per_sm, out=None):
     """(y, rstd) of the shared-memory forward; ``out``: preallocated (y, rstd)."""
     rt, _ = _kernels()
@@ -915,8 +1014,8 @@ def smem_configs(width: int, quick: bool = False):
 
 
 def smem_attempt(width, rows, quick):
-    """The shipped forward against the shared-memory forward (_smem_forward_kernel) at
-    every smem_configs config, and torch.compile of HF's module and quack, in one process.
+    """The shipped forward against the shared-memory forwards (_smem_forward_kernel, copies
+    by cp.async, and _tma_forward_kernel, by TMA) at every smem_configs config, and torch.compile of HF's module and quack, in one process.
     y must be within 1 bf16 ulp of the shipped kernel's (the row sums are added in
     another order), rstd within 1e-6 relative."""
     from bench.harness.contenders import rmsnorm_contenders
@@ -934,11 +1033,16 @@ def smem_attempt(width, rows, quick):
     entry["shipped"]["us"] = _time(shipped_fns)
     y0, rstd0, _ = prepared[0]
     entry["variants"] = []
-    for chunk, slots, warps, per_sm in smem_configs(width, quick):
-        fields = {"block_cols": chunk, "slots": slots, "num_warps": warps,
+    engines = {"cp.async": smem_forward, "tma": tma_forward}
+    for (chunk, slots, warps, per_sm), engine in itertools.product(smem_configs(width, quick),
+                                                                    engines):
+        if engine == "tma" and (width % chunk or chunk % TMA_INNER):
+            continue
+        forward = engines[engine]
+        fields = {"copy": engine, "block_cols": chunk, "slots": slots, "num_warps": warps,
                   "programs_per_sm": per_sm, "smem_bytes": slots * chunk * 2}
         try:
-            y, rstd = smem_forward(inputs[0][0], weight, chunk, slots, warps, per_sm)
+            y, rstd = forward(inputs[0][0], weight, chunk, slots, warps, per_sm)
             fields["y_max_abs_diff"] = float((y.float() - y0.float()).abs().max())
             fields["y_differs"] = int((y != y0).sum())
             fields["rstd_max_rel_diff"] = float(((rstd - rstd0) / rstd0).abs().max())
@@ -948,7 +1052,7 @@ def smem_attempt(width, rows, quick):
             continue
         outs = [(torch.empty_like(y), torch.empty_like(rstd)) for _ in inputs]
         entry["variants"].append(_timed(fields, [
-            lambda x=x, o=o, c=(chunk, slots, warps, per_sm): smem_forward(x, weight, *c, out=o)
+            lambda x=x, o=o, c=(chunk, slots, warps, per_sm), f=forward: f(x, weight, *c, out=o)
             for (x,), o in zip(inputs, outs)]))
     entry["shipped_again_us"] = _time(shipped_fns)
     peers = {"fwd": {}, "fwd_bwd": {}, "errors": {}}
@@ -1123,7 +1227,8 @@ def main():
         entry = smem_attempt(width, rows, args.quick)
         results["smem"].append(entry)
         save()
-        best = _best(entry["variants"])
+        best = {copy: _best([v for v in entry["variants"] if v["copy"] == copy])
+                for copy in ("cp.async", "tma")}
         print(f"smem {width}: shipped {entry['shipped']['us']:.1f} / "
               f"{entry['shipped_again_us']:.1f} us, best {best}, peers {entry['peers']['fwd']}",
               flush=True)

@@ -1,5 +1,5 @@
-"""bench/explore_widths.py's shared-memory forward (PERF_LOG run 19, a Gluon attempt): it computes
-what the shipped forward computes. Gluon cannot run under the interpreter, so this is GPU-only."""
+"""bench/explore_widths.py's shared-memory forwards (PERF_LOG run 19, Gluon attempts; copies by
+cp.async or TMA): they compute what the shipped forward computes. Gluon cannot run under the interpreter, so this is GPU-only."""
 from __future__ import annotations
 
 import pytest
@@ -12,22 +12,28 @@ EPS = 1e-6
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("width, chunk, slots, warps, per_sm", [
-    (20480, 4096, 5, 16, 1),     # one row in the ring
-    (20480, 4096, 10, 16, 2),    # two rows: the refill runs into the next row
-    (24576 + 8, 8192, 5, 16, 1),  # a partial last chunk
-    (65536, 4096, 27, 16, 1),    # the ring holds less than two rows
+@pytest.mark.parametrize("copy, width, chunk, slots, warps, per_sm", [
+    ("cp.async", 20480, 4096, 5, 16, 1),     # one row in the ring
+    ("cp.async", 20480, 4096, 10, 16, 2),    # two rows: the refill runs into the next row
+    ("cp.async", 24576 + 8, 8192, 5, 16, 1),  # a partial last chunk
+    ("cp.async", 65536, 4096, 27, 16, 1),    # the ring holds less than two rows
+    ("tma", 20480, 4096, 5, 16, 1),
+    ("tma", 20480, 4096, 7, 8, 2),  # the ring's phases do not line up with the rows
+    ("tma", 65536, 8192, 12, 16, 1),
 ])
-def test_smem_forward_matches_the_shipped_one(on_gpu, width, chunk, slots, warps, per_sm):
+def test_smem_forward_matches_the_shipped_one(on_gpu, copy, width, chunk, slots, warps, per_sm):
     if not on_gpu:
-        pytest.skip("Gluon needs a CUDA GPU (sm_80+); the interpreter cannot run it")
+        pytest.skip("Gluon needs a CUDA GPU; the interpreter cannot run it")
+    if copy == "tma" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("TMA needs sm_90+")
+    forward = {"cp.async": explore_widths.smem_forward, "tma": explore_widths.tma_forward}[copy]
     rows = 997  # not a multiple of the grid: some programs get one row fewer
     gen = torch.Generator(device="cuda").manual_seed(width + slots)
     x = torch.randn(rows, width, device="cuda", generator=gen).to(torch.bfloat16)
     w = (torch.rand(width, device="cuda", generator=gen) + 0.5).to(torch.bfloat16)
     y = torch.full_like(x, float("nan"))
     rstd = torch.full((rows,), float("nan"), device="cuda")
-    explore_widths.smem_forward(x, w, chunk, slots, warps, per_sm, out=(y, rstd))
+    forward(x, w, chunk, slots, warps, per_sm, out=(y, rstd))
     y0, rstd0 = rmsnorm_triton.rms_norm_forward(x, w, EPS)
     torch.testing.assert_close(rstd, rstd0, rtol=1e-6, atol=0)
     # the row sums are added in another order, and x-hat and y are each rounded to bf16:
