@@ -41,3 +41,17 @@ def test_smem_forward_matches_the_shipped_one(on_gpu, copy, width, chunk, slots,
     ulp = torch.finfo(torch.bfloat16).eps * torch.maximum(y.float().abs(), y0.float().abs())
     assert bool(((y.float() - y0.float()).abs() <= 2 * ulp).all())
     assert bool(torch.isfinite(y).all())
+
+
+@pytest.mark.parametrize("copy, shape, chunk, transpose, message", [
+    ("cp.async", (4, 20484), 4096, False, "multiple of 8"),
+    ("cp.async", (20480, 4), 4096, True, "contiguous"),
+    ("tma", (4, 20480), 3072, False, "dividing the row"),
+    ("tma", (4, 20480), 4096 + 8, False, "k x 256"),
+])
+def test_smem_forwards_refuse_rows_they_cannot_copy(copy, shape, chunk, transpose, message):
+    forward = {"cp.async": explore_widths.smem_forward, "tma": explore_widths.tma_forward}[copy]
+    x = torch.zeros(shape, dtype=torch.bfloat16)
+    x = x.t() if transpose else x
+    with pytest.raises(ValueError, match=message):
+        forward(x, torch.ones(x.shape[1], dtype=torch.bfloat16), chunk, 5, 16, 1)
