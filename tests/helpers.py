@@ -77,3 +77,15 @@ def cast_order_references(x, w, eps, dy=None):
         dw = None if dy is None else (dy.detach().double() * hat).reshape(-1, x.shape[-1]).sum(0)
         results.append((y, dw))
     return results
+
+
+class ReportsSecondDevice(torch.Tensor):
+    """A tensor whose ``.device`` says index 1 of its device type; its data stay where they are.
+
+    On a machine with one device (the CPU interpreter: torch has no second CPU device) this is what
+    a weight on a second GPU looks like to the Python checks, so their refusal of x and weight on
+    different devices is testable there. Make one with ``t.as_subclass(ReportsSecondDevice)``."""
+
+    @property
+    def device(self):
+        return torch.device(torch.Tensor.device.__get__(self).type, 1)

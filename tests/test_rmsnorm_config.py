@@ -113,3 +113,81 @@ def test_fused_candidates_are_runnable_and_cover_the_shipped(direction):
                 config.block_rows * (split[0] + split[1]) <= 8192)
             assert direction == "backward" or (config.programs_per_sm == 1 and config.prefetch)
         assert any(c.chunked for c in configs) == (n_cols >= 8192)
+
+
+def lanes_of(n_cols):
+    """A row's lanes: block_cols + tail_cols of column_blocks (the count a rung bound holds)."""
+    return sum(rmsnorm_triton.column_blocks(n_cols))
+
+
+def bounded_rungs():
+    """(GPU, kind, index, rung) of every rung with a lane bound (all but ANY_WIDTH) of every ladder."""
+    return [(gpu, kind, i, rung) for gpu, ladders in LADDERS.items() for kind in KINDS
+            for i, rung in enumerate(getattr(ladders, kind)) if rung.lanes != ANY_WIDTH]
+
+
+def test_every_rung_bound_is_a_lane_count_that_rows_have():
+    """A rung takes "rows of at most ``lanes`` lanes", and a row's lanes are column_blocks' powers of
+    two: 1024, 2048 + 512, 8192 + 1024. A bound between two lane counts (9215, 8191, 12287, 1535) is
+    off by one: it takes no row of its own count, and so hands the rows of the next lane count to the
+    next rung. A lane count is its own width's lane count, so the bound must be a fixed point."""
+    off = [(gpu, kind, i, rung.lanes, lanes_of(rung.lanes)) for gpu, kind, i, rung in bounded_rungs()
+           if lanes_of(rung.lanes) != rung.lanes]
+    assert not off, f"(GPU, ladder, rung, bound, the lane count of that many columns): {off}"
+
+
+def test_snapping_the_bounds_to_lane_counts_changes_no_pick():
+    """The same rule as what it decides: for every width from 1 to 20000, every ladder picks the same
+    config as it does with each bound replaced by the smallest lane count at or above it."""
+    widths = range(1, 20001)
+    lane_counts = sorted({lanes_of(n) for n in widths})
+    splits = {n: rmsnorm_triton.column_blocks(n) for n in widths}
+
+    def snapped(bound):
+        if bound == ANY_WIDTH or bound > lane_counts[-1]:
+            return bound
+        return next(lanes for lanes in lane_counts if lanes >= bound)
+
+    for gpu, ladders in LADDERS.items():
+        for kind in KINDS:
+            ladder = getattr(ladders, kind)
+            snapped_ladder = tuple(dataclasses.replace(r, lanes=snapped(r.lanes)) for r in ladder)
+            moved = [n for n in widths if pick(ladder, n, *splits[n]) != pick(snapped_ladder, n, *splits[n])]
+            bounds = [r.lanes for r in ladder if r.lanes != ANY_WIDTH]
+            assert not moved, f"{gpu} {kind}: bounds {bounds} pick other configs for widths {moved[:5]}..."
+
+
+def measured_widths():
+    """Every row width that the H200 sweeps timed (docs/data/h200: tuning.json, explore-widths-*.json)."""
+    import json
+    import pathlib
+
+    widths = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "width" and isinstance(value, int):
+                    widths.add(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    data = pathlib.Path(__file__).parents[1] / "docs/data/h200"
+    for path in [data / "tuning.json", *sorted(data.glob("explore-widths-*.json"))]:
+        walk(json.loads(path.read_text()))
+    return widths
+
+
+def test_every_h200_rung_bound_is_the_lane_count_of_a_measured_width():
+    """Each rung is the fastest config measured at the widths it covers (rmsnorm_config.py), so its
+    edge is a measured one: every bound of the H200 ladders is the lane count of a width the sweeps
+    timed. This also catches an off-by-one bound that is a lane count, but of no measured width:
+    4097 = 4096 + a 1-lane tail (the rows of exactly 4097 columns)."""
+    measured = {lanes_of(n) for n in measured_widths()}
+    assert {128, 320, 1536, 2560, 9216, 12288, MAX_COLS} <= measured  # the data were found
+    unmeasured = [(kind, i, rung.lanes) for gpu, kind, i, rung in bounded_rungs()
+                  if gpu == "sm_90" and rung.lanes not in measured]
+    assert not unmeasured, f"(ladder, rung, bound) whose edge no sweep timed: {unmeasured}"

@@ -3,6 +3,7 @@
 CPU: Triton interpreter, small shapes. CUDA: the same tests at real sizes, plus
 bit-level comparison with HF's two ops and determinism at scale.
 """
+import re
 import runpy
 
 import pytest
@@ -10,7 +11,8 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_fused_add
-from helpers import REL_TOL, cast_order_references, fp64_reference, poisoned_allocations, random_inputs, rel_err
+from helpers import (REL_TOL, ReportsSecondDevice, cast_order_references, fp64_reference, poisoned_allocations,
+                     random_inputs, rel_err)
 from rmsnorm_fused_add import (
     FusedAddRMSNormFunction,
     TritonQwen3FusedAddRMSNorm,
@@ -625,3 +627,92 @@ def test_mixed_dtypes_add_in_the_promoted_dtype(device):
     (y.sum() + s.sum()).backward()
     assert x.grad.dtype == torch.bfloat16 and residual.grad.dtype == torch.float32
     torch.testing.assert_close(x.grad, residual.grad.to(torch.bfloat16))
+
+
+# (x, residual, weight): a bf16 weight, so that y's dtype follows s's; fp64 with an fp32 weight (the
+# interpreter casts fp64 -> bf16 wrongly, and an fp64 norm with a bf16 weight has a bf16 dW)
+MIXED_DTYPES = [(torch.float32, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32, torch.bfloat16),
+                (torch.float16, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float16, torch.bfloat16),
+                (torch.float16, torch.float32, torch.bfloat16), (torch.float64, torch.float32, torch.float32)]
+
+
+@pytest.mark.parametrize("x_dtype, residual_dtype, weight_dtype", MIXED_DTYPES,
+                         ids=[f"{str(a)[6:]}+{str(b)[6:]}" for a, b, _ in MIXED_DTYPES])
+def test_mixed_dtypes_add_in_the_promoted_dtype_either_way(x_dtype, residual_dtype, weight_dtype, device):
+    """fused_add_rms_norm(x, residual) adds as torch's ``residual + x`` does, in
+    torch.promote_types of the two, whichever of them is the wider one: an fp32 x onto a bf16
+    residual as well as the reverse, and fp16 + bf16 in fp32. s and y (dtype and values) are those
+    of HF's two ops on that sum; x and residual get their gradients in their own dtypes, with the
+    values of autograd through HF's two ops."""
+    gen = torch.Generator().manual_seed(68)
+
+    def draw(dtype, scale=1.0, shift=0.0):
+        return (torch.randn(4, 256, generator=gen, dtype=torch.float64) * scale + shift).to(dtype).to(device)
+
+    x, residual = draw(x_dtype, 2.0, 0.3), draw(residual_dtype, 1.5, -0.2)
+    w = (torch.rand(256, generator=gen, dtype=torch.float64) + 0.5).to(weight_dtype).to(device)
+    s_dtype = torch.promote_types(x_dtype, residual_dtype)
+    y_dtype = torch.promote_types(s_dtype, w.dtype)
+    dy, ds = draw(y_dtype), draw(s_dtype)
+    hf = Qwen3RMSNorm(256, eps=1e-6).to(device=device, dtype=w.dtype)
+    with torch.no_grad():
+        hf.weight.copy_(w)
+    x_hf, r_hf = x.clone().requires_grad_(), residual.clone().requires_grad_()
+    s_hf = r_hf + x_hf
+    y_hf = hf(s_hf)
+    torch.autograd.backward((y_hf, s_hf), (dy, ds))
+    y, s, dx, dr, dw = run_fused(x, residual, w, 1e-6, dy, ds)
+    assert (s.dtype, y.dtype) == (s_hf.dtype, y_hf.dtype) == (s_dtype, y_dtype), "(s, y) dtypes"
+    assert torch.equal(s, s_hf.detach())  # an fp32 (fp64) add, as torch's
+    torch.testing.assert_close(y, y_hf.detach(), rtol=1e-5, atol=1e-6)
+    assert (dx.dtype, dr.dtype, dw.dtype) == (x_dtype, residual_dtype, w.dtype)
+    for name, ours, theirs in (("dx", dx, x_hf.grad), ("dresidual", dr, r_hf.grad), ("dw", dw, hf.weight.grad)):
+        # one rounding to the gradient's dtype (the interpreter truncates to bf16)
+        rtol = {torch.bfloat16: 2**-7, torch.float16: 2**-10}.get(ours.dtype, 1e-5)
+        torch.testing.assert_close(ours, theirs, rtol=rtol, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+BAD_EPS = [float("inf"), float("-inf"), float("nan"), 0.0, -1e-6, "1e-6", None]
+
+
+def fused_module(x, residual, w, eps):
+    module = TritonQwen3FusedAddRMSNorm(x.shape[-1]).to(x.device)
+    module.variance_epsilon = eps
+    return module(x, residual)
+
+
+@pytest.mark.parametrize("entry", [fused_add_rms_norm, fused_add_rms_norm_forward, fused_module],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("eps", BAD_EPS, ids=repr)
+def test_eps_must_be_a_positive_finite_number(eps, entry, device):
+    """The fused entry points refuse an eps that is not a positive finite number with a ValueError
+    naming eps: inf would run (rstd = 0: y = 0, silently); -inf, nan, 0, negative: NaN or inf; a
+    string or None is no eps. The module's eps is its variance_epsilon, set after construction."""
+    x, r, w, _, _ = fused_inputs((2, 8), torch.float32, device, seed=69)
+    with pytest.raises(ValueError, match="eps"):
+        entry(x, r, w, eps)
+
+
+def test_x_and_weight_on_different_devices_are_rejected(device):
+    """x (and residual) on one device, the weight on another of the backend's type: a ValueError naming
+    both. The interpreter has one device, so the weight only reports a second one
+    (helpers.ReportsSecondDevice); test_x_and_weight_on_two_gpus_are_rejected does it for real."""
+    x, r, w, _, _ = fused_inputs((2, 8), torch.float32, device, seed=70)
+    w_elsewhere = w.as_subclass(ReportsSecondDevice)
+    assert w_elsewhere.device.type == x.device.type and w_elsewhere.device != x.device
+    message = re.escape(f"x is on {x.device} but weight is on {w_elsewhere.device}")
+    for entry in (fused_add_rms_norm_forward, fused_add_rms_norm):
+        with pytest.raises(ValueError, match=message):
+            entry(x, r, w_elsewhere, 1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_x_and_weight_on_two_gpus_are_rejected():  # pragma: gpu only
+    """x and residual on cuda:0, the weight on cuda:1 (and the other way round): a ValueError naming both."""
+    for x_device, w_device in (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
+        x, r = (torch.randn(2, 8, device=x_device, requires_grad=True) for _ in range(2))
+        w = torch.ones(8, device=w_device, requires_grad=True)
+        for entry in (fused_add_rms_norm_forward, fused_add_rms_norm):
+            with pytest.raises(ValueError, match=f"x is on {x_device} but weight is on {w_device}"):
+                entry(x, r, w, 1e-6)

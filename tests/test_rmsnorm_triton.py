@@ -5,14 +5,15 @@ the randomized sweep, bit-level HF comparison and determinism at scale.
 """
 import math
 import random
+import re
 
 import pytest
 import torch
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 import rmsnorm_triton
-from helpers import (REL_TOL, cast_order_references, fp64_reference, poisoned_allocations, random_inputs,
-                     rel_err)
+from helpers import (REL_TOL, ReportsSecondDevice, cast_order_references, fp64_reference, poisoned_allocations,
+                     random_inputs, rel_err)
 from rmsnorm_triton import (
     TritonQwen3RMSNorm,
     TritonQwen3RMSNormFwdOnly,
@@ -246,6 +247,53 @@ def test_wrong_device_is_rejected(device, monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
         with pytest.raises(ValueError, match="expected a cpu tensor"):
             rms_norm(x.cuda(), w.cuda())
+
+
+BAD_EPS = [float("inf"), float("-inf"), float("nan"), 0.0, -1e-6, "1e-6", None]
+EPS_ENTRY_POINTS = {
+    "rms_norm": lambda x, w, eps: rms_norm(x, w, eps),
+    "rms_norm_forward": lambda x, w, eps: rms_norm_forward(x, w, eps),
+    "TritonQwen3RMSNorm": lambda x, w, eps: TritonQwen3RMSNorm(x.shape[-1], eps=eps).to(x.device)(x),
+    "TritonQwen3RMSNormFwdOnly": lambda x, w, eps: TritonQwen3RMSNormFwdOnly(x.shape[-1], eps=eps).to(x.device)(x),
+}
+
+
+@pytest.mark.parametrize("entry", EPS_ENTRY_POINTS)
+@pytest.mark.parametrize("eps", BAD_EPS, ids=repr)
+def test_eps_must_be_a_positive_finite_number(eps, entry, device):
+    """Every entry point refuses an eps that is not a positive finite number with a ValueError naming
+    eps, before any launch. eps = inf would run: rstd = 0, so y = 0 and zero gradients, silently;
+    -inf, nan, 0 and negative values give NaN or inf; a string or None is no eps at all."""
+    x, w, _ = random_inputs((2, 8), torch.float32, device, seed=80)
+    with pytest.raises(ValueError, match="eps"):
+        EPS_ENTRY_POINTS[entry](x, w, eps)
+
+
+def test_x_and_weight_on_different_devices_are_rejected(device):
+    """x and weight on two devices of the backend's type (two GPUs: the kernel would be handed a
+    pointer into the other GPU's memory) are refused with a message that names both devices. The
+    interpreter has one device, so here the weight only reports a second one
+    (helpers.ReportsSecondDevice); test_x_and_weight_on_two_gpus_are_rejected does it for real."""
+    x, w, _ = random_inputs((2, 8), torch.float32, device, seed=81)
+    w_elsewhere = w.as_subclass(ReportsSecondDevice)
+    assert w_elsewhere.device.type == x.device.type and w_elsewhere.device != x.device
+    message = re.escape(f"x is on {x.device} but weight is on {w_elsewhere.device}")
+    for call in (lambda: rms_norm_forward(x, w_elsewhere, 1e-6), lambda: rms_norm(x, w_elsewhere, 1e-6)):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_x_and_weight_on_two_gpus_are_rejected():  # pragma: gpu only
+    """x on cuda:0 and the weight on cuda:1 (and the other way round): a ValueError naming both."""
+    for x_device, w_device in (("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")):
+        x = torch.randn(2, 8, device=x_device, requires_grad=True)
+        w = torch.ones(8, device=w_device, requires_grad=True)
+        message = f"x is on {x_device} but weight is on {w_device}"
+        for call in (lambda: rms_norm_forward(x, w, 1e-6), lambda: rms_norm(x, w, 1e-6)):
+            with pytest.raises(ValueError, match=message):
+                call()
 
 
 def test_grad_output_shape_mismatch_is_rejected(device):
@@ -656,6 +704,29 @@ def test_dw_uses_the_rounded_x_hat(dtype, n_cols, device, on_gpu):
     assert err < gap / 10, f"dW error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
 
 
+@pytest.mark.parametrize("path", ["chunked", "reread"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_dw_uses_the_rounded_x_hat_on_the_chunked_and_reread_paths(dtype, path, device, on_gpu):
+    """The backward kernels that the ladder gives rows of 300 only when they are wide: the chunked one
+    (three column chunks, the last one masked) and the reread one. Each accumulates dW from x_hat
+    rounded to the input dtype, as autograd through HF's weight * x_hat.to(input_dtype) does; with
+    the saved and with a recomputed rstd. fp32 weight: dW comes out in fp32 and shows the rounding."""
+    if dtype == torch.bfloat16 and not on_gpu:
+        pytest.skip("the interpreter truncates fp32 -> bf16; fp16 checks the order on CPU")
+    config = (rmsnorm_triton.LaunchConfig(2, 128, 0, 4, 2, chunked=True) if path == "chunked"
+              else rmsnorm_triton.LaunchConfig(1, 256, 64, 4, 1, reread=True))
+    x, w, dy = cast_order_inputs(dtype, torch.float32, 300, device, seed=79)
+    (_, hf_dw), (_, weight_first_dw) = cast_order_references(x, w, 1e-6, dy)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    with poisoned_allocations():
+        _, dw = rms_norm_backward(dy, x, w, rstd, config=config)
+        _, dw_recomputed = rms_norm_backward(dy, x, w, None, eps=1e-6, config=config)
+    gap = rel_err(weight_first_dw, hf_dw)
+    for name, got in (("saved rstd", dw), ("recomputed rstd", dw_recomputed)):
+        err = rel_err(got, hf_dw)
+        assert err < gap / 10, f"{name}: dW error vs HF's order {err:.3g}; gap between the two orders {gap:.3g}"
+
+
 @pytest.mark.parametrize("cls", [TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("eps", [0.1, 1e-5])
 def test_module_uses_its_own_eps(cls, eps, device):
@@ -874,6 +945,49 @@ def test_16bit_dx_is_the_rounded_exact_gradient(config, device):
     exact = r * (w64 * dy64 - x_hat * (w64 * dy64 * x_hat).mean(-1, keepdim=True))
     same = (dx == exact.to(torch.float16)).float().mean().item()
     assert same > 0.97, f"{same:.1%} of dx equal to the correctly rounded gradient"
+
+
+class ArgumentSpy:
+    """Wraps a kernel; records each launch's arguments by parameter name (positional ones too)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(dict(zip(self.kernel.arg_names, args)) | kwargs)
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_chunked_row_stats_are_fp32_sums_of_16bit_rows(dtype, device, monkeypatch):
+    """Step 1 of the chunked backward (rms_norm_bwd_row_stats_kernel) sums x*x and w*dy*x over each
+    whole row, chunk after chunk, into the rstd and c = mean(w*dy * x_hat) that every chunk of step 2
+    reads. 16-bit rows of 1024 values around 6 (mean square ~ 40) in chunks of 32 lanes: an
+    accumulator in the input dtype loses most of each addend after a few chunks. In fp32 both
+    numbers are within 1e-5 of fp64 (read from the ROW_STATS the kernel wrote), with the saved and
+    with a recomputed rstd, and dx follows."""
+    spy = ArgumentSpy(rmsnorm_triton.rms_norm_bwd_row_stats_kernel)
+    monkeypatch.setattr(rmsnorm_triton, "rms_norm_bwd_row_stats_kernel", spy)
+    gen = torch.Generator().manual_seed(82)
+    x = (torch.randn(2, 1024, generator=gen, dtype=torch.float64) + 6).to(dtype).to(device)
+    w = (torch.rand(1024, generator=gen, dtype=torch.float64) + 0.5).to(dtype).to(device)
+    dy = torch.randn(2, 1024, generator=gen, dtype=torch.float64).to(dtype).to(device)
+    _, rstd = rms_norm_forward(x, w, 1e-6)
+    x64, w64, dy64 = x.double(), w.double(), dy.double()
+    expected_rstd = torch.rsqrt(x64.pow(2).mean(-1) + 1e-6)
+    terms = w64 * dy64 * x64 * expected_rstd[:, None] / 1024
+    _, ref_dx, _ = fp64_reference(x, w, 1e-6, dy)
+    for saved in (rstd, None):
+        with poisoned_allocations():
+            dx, _ = rms_norm_backward(dy, x, w, saved, eps=1e-6, compute_dw=False, config=chunked(2, 32))
+        row_stats = spy.launches.pop()["ROW_STATS"].double()
+        rstd_err = ((row_stats[0] - expected_rstd).abs() / expected_rstd).max().item()
+        c_err = ((row_stats[1] - terms.sum(-1)).abs() / terms.abs().sum(-1)).max().item()  # c cancels
+        what = "saved rstd" if saved is not None else "recomputed rstd"
+        assert rstd_err < 1e-5 and c_err < 1e-5, f"{what}: rstd off by {rstd_err:.2g}, c by {c_err:.2g} (relative)"
+        assert rel_err(dx, ref_dx) < REL_TOL[dtype], what
 
 
 def row_alignment_rule(n_cols, *strides):
