@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The whole test suite (README's second command). Creates .venv, installs the pinned
-# test dependencies, then runs all three checks below and fails if any failed:
+# test dependencies, then runs every check below and fails if any failed:
 #   1. python -m bench.render --check    committed tables/plots match docs/data
 #   2. mkdocs build --strict              the site, into site/
-#   3. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
+#   3. (CPU, whole suite) the Qwen3 patch tests once more on each other transformers
+#      the patches were tested on (requirements-transformers/*.txt), and the kernel and
+#      patch tests on the newest Triton (requirements-triton.txt), each from its own
+#      folder put first on PYTHONPATH
+#   4. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
 #      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
-#      browser check (headless Debian chromium; screenshots in artifacts/screenshots/);
-#      before it (CPU, whole suite only) the Qwen3 patch tests once more against the
-#      newest tested transformers (requirements-transformers-newest.txt); on CPU the suite runs
-#      on every core (pytest-xdist, PYTEST_WORKERS=N to choose; the GPU suite uses one process)
+#      browser check (headless chromium; screenshots in artifacts/screenshots/);
+#      on CPU on every core (pytest-xdist, PYTEST_WORKERS=N to choose)
 #
-#   ./.ci/test.sh            CPU: kernels run under the Triton interpreter
-#   ./.ci/test.sh --gpu      CUDA machine: reuses the machine's CUDA torch/triton,
-#                                kernel tests at real sizes; no browser check
-# Extra arguments after the mode go to pytest, e.g. ./.ci/test.sh -- -k rmsnorm
+#   ./.ci/test.sh                  CPU: kernels run under the Triton interpreter
+#   ./.ci/test.sh --gpu            CUDA machine: reuses the machine's CUDA torch/triton,
+#                                  kernel tests at real sizes; no browser check
+#   ./.ci/test.sh -- -k rmsnorm    a subset: the arguments go to pytest, which then runs
+#                                  without the coverage floor (it is for the whole suite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,28 +109,44 @@ step "site: mkdocs build --strict"
 
 COV_APPEND=()
 if [[ $MODE == cpu && $# -eq 0 ]]; then
-  # The Qwen3 patches against the newest tested transformers too: its wheel (pure Python)
-  # goes into its own folder, first on PYTHONPATH; the pinned one stays in the venv.
-  NEWEST="$VENV/transformers-newest"
-  WANTED=$(grep -E '^transformers==' requirements-transformers-newest.txt | cut -d= -f3)
-  step "pytest: the Qwen3 patch tests on transformers $WANTED"
-  if [[ ! -d "$NEWEST/transformers-$WANTED.dist-info" ]]; then
-    rm -rf "$NEWEST"
-    "$PY" -m pip install --quiet --no-compile --no-deps --target "$NEWEST" -r requirements-transformers-newest.txt
-  fi
-  EXPECTED_TRANSFORMERS=$WANTED PYTHONPATH="$NEWEST" "$PY" -m pytest -p no:cacheprovider \
-    --cov=snippets --cov-report= --cov-fail-under=0 \
-    tests/test_qwen3_patch.py tests/test_qwen3_fused_add_patch.py tests/test_qwen3_fused_add_demo.py \
-    tests/test_qwen3_transformers_version.py || failed+=("pytest on transformers $WANTED")
-  COV_APPEND=(--cov-append)  # the coverage floor counts both runs
+  # Each run installs its pins (--no-deps, pure Python but triton) into a folder of its
+  # own under the venv, first on PYTHONPATH; the venv's own pins stay underneath.
+  other_stack() {  # NAME REQUIREMENTS EXPECTED_TRANSFORMERS TEST...
+    local name=$1 pins=$2 expected=$3
+    shift 3
+    local target="$VENV/$name"
+    step "pytest on $name: $*"
+    if [[ ! -f "$target/.installed" || "$pins" -nt "$target/.installed" ]]; then
+      rm -rf "$target"
+      "$PY" -m pip install --quiet --no-compile --no-deps --target "$target" -r "$pins" \
+        && touch "$target/.installed" || { failed+=("pip install -r $pins"); return; }
+    fi
+    EXPECTED_TRANSFORMERS=$expected PYTHONPATH="$target" "$PY" -m pytest -p no:cacheprovider \
+      -n "$WORKERS" --cov=snippets --cov-report= --cov-fail-under=0 "${COV_APPEND[@]}" "$@" \
+      || failed+=("pytest on $name")
+    COV_APPEND=(--cov-append)  # the coverage floor counts every run
+  }
+  PATCH_TESTS=(tests/test_qwen3_*.py)
+  for pins in requirements-transformers/*.txt; do
+    version=$(basename "$pins" .txt)
+    other_stack "transformers-$version" "$pins" "$version" "${PATCH_TESTS[@]}"
+  done
+  triton=$(grep -E '^triton==' requirements-triton.txt | cut -d= -f3 | cut -d' ' -f1)
+  other_stack "triton-$triton" requirements-triton.txt "" \
+    tests/test_rmsnorm_*.py tests/test_triton_one_minute.py "${PATCH_TESTS[@]}"
 fi
 
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
 status=0
 # Tests that share a costly fixture (the --quick experiment runs, the site build, a module's
 # fixtures) stay on one worker: tests/conftest.py's worker_group, through xdist's scheduler hook.
-"$PY" -m pytest -p no:cacheprovider -n "$WORKERS" --cov=snippets \
-  --cov-report=term-missing:skip-covered "${COV_APPEND[@]}" "${PYTEST_SELECT[@]}" "$@" || status=$?
+if [[ $# -eq 0 ]]; then
+  COVERAGE=(--cov=snippets --cov-report=term-missing:skip-covered "${COV_APPEND[@]}")
+else
+  COVERAGE=(-p no:cov)  # a subset: the coverage floor is the whole suite's
+fi
+"$PY" -m pytest -p no:cacheprovider -n "$WORKERS" "${COVERAGE[@]}" "${PYTEST_SELECT[@]}" "$@" \
+  || status=$?
 if [[ $status -eq 5 ]]; then
   echo "pytest collected no tests (exit 5): the suite itself is broken" >&2
   failed+=("pytest: no tests collected")

@@ -41,8 +41,8 @@ RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
   nested ops) are its backward cost. A sequence number belongs to the last op that
   recorded it (the op that created the node), so an op that merely peeked the
   counter cannot steal a neighbour's node.
-* ``triton_fused_add``: the norms stay HF's Qwen3RMSNorm modules (their forward is
-  patched), so the same ranges hold the fused calls; their time includes the residual
+* ``triton_fused_add``: the norms are subclasses of HF's Qwen3RMSNorm (same name, a
+  forward that can take the residual), so the same ranges hold the fused calls; their time includes the residual
   adds they absorbed (in the other contenders those adds are not RMSNorm time).
 * compiled contenders: Inductor fuses the norm into neighbouring kernels, so no
   module boundary survives. Kernels whose name contains "rms_norm" (our Triton
@@ -155,7 +155,7 @@ def _install_patch(contender: str, on_gpu: bool) -> dict:
                        cross_entropy=False)
         apply_liger_kernel_to_qwen3(**options)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
-    if contender == "triton_fused_add":  # HF's norm modules, forwards patched (class level)
+    if contender == "triton_fused_add":  # modeling_qwen3 builds the fused subclasses
         patch_qwen3_fused_add_rmsnorm()
         return {"norm_class": "Qwen3RMSNorm", "patch": "qwen3_fused_add_patch"}
     norm_cls = {"torch_rmsnorm": _torch_rmsnorm_class(), "triton_fwd": TritonQwen3RMSNormFwdOnly,

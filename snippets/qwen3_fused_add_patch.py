@@ -3,12 +3,9 @@
 HF's Qwen3 adds a residual and then normalises the sum, 2 * num_hidden_layers
 times per forward: attention output + residual -> post_attention_layernorm,
 MLP output + residual -> the next layer's input_layernorm (after the last
-layer: the final norm). patch_qwen3_fused_add_rmsnorm() makes each such pair
-one fused_add_rms_norm call. It patches three forwards of transformers'
-modeling_qwen3 at class level, so it works for models built before or after
-the call, and swaps no module: parameters and state_dict keys stay HF's.
-Tested with transformers 5.17 and 5.24 (TESTED_VERSIONS); between them the
-Qwen3 forwards renamed their KV-cache argument from past_key_values to cache.
+layer: the final norm). Here each such pair is one fused_add_rms_norm call.
+
+Three subclasses of transformers' Qwen3 classes, with HF's class names:
 
 * Qwen3RMSNorm.forward(h, residual=None): no residual -> the Triton norm
   (q_norm, k_norm, layer 0's input norm); else (norm(h + residual), h + residual).
@@ -16,191 +13,222 @@ Qwen3 forwards renamed their KV-cache argument from past_key_values to cache.
   un-added; the next layer's input norm (or the final norm) adds them.
 * Qwen3Model.forward: HF's, passing the pair along and fusing the last add.
 
-Not supported (clear errors): output_hidden_states (a layer's output is
-un-added), norms swapped for another class (e.g. by patch_qwen3_rmsnorm).
+Subclasses, not forwards assigned to HF's classes: since transformers 5.23,
+GradientCheckpointingLayer wraps a layer class's forward when the class is
+created, so a forward assigned later runs without checkpointing. A subclass is
+wrapped like HF's own layer (and on older versions, checkpointing wraps
+__call__). HF's class names stay, because HF and FSDP find layers by name
+(_no_split_modules); parameters and state_dict keys are HF's.
+
+Two ways in: patch_qwen3_fused_add_rmsnorm() before the model is built, or
+apply_fused_add_rmsnorm(model) on a built one. Both keep checkpointing, the KV
+cache and generate, output_attentions and output_hidden_states, and refuse a
+transformers whose mirrored code the tests never ran on (qwen3_mirrored_code.py).
 """
 import inspect
+import sys
 
+# --8<-- [start:imports]
 import torch
-import transformers
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
-from packaging.version import Version
 
+from qwen3_mirrored_code import check_transformers
 from rmsnorm_fused_add import fused_add_rms_norm
 from rmsnorm_triton import rms_norm
 
-TESTED_VERSIONS = ("5.17", "5.24")  # the oldest and newest series the tests run on
-# HF names the patched forwards use; patching checks they are all there.
-REQUIRED = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "DynamicCache",
-            "create_causal_mask", "create_sliding_window_causal_mask",
-            "BaseModelOutputWithPast", "merge_with_config_defaults", "capture_outputs")
-
-
-def hf_signatures(cache: str) -> dict[str, list[str]]:
-    """The HF forwards' parameters, with the KV cache named ``cache``."""
-    return {
-        "Qwen3RMSNorm": ["self", "hidden_states"],
-        "Qwen3DecoderLayer": ["self", "hidden_states", "attention_mask", "position_ids",
-                              cache, "use_cache", "position_embeddings", "kwargs"],
-        "Qwen3Model": ["self", "input_ids", "attention_mask", "position_ids", cache,
-                       "inputs_embeds", "use_cache", "kwargs"],
-    }
+# transformers' own classes, subclassed below and kept for undo
+HF_NORM = modeling_qwen3.Qwen3RMSNorm
+HF_LAYER = modeling_qwen3.Qwen3DecoderLayer
+HF_MODEL = modeling_qwen3.Qwen3Model
+# --8<-- [end:imports]
+for _hf in (HF_NORM, HF_LAYER, HF_MODEL):
+    if _hf.__module__ != modeling_qwen3.__name__:
+        raise ImportError(f"modeling_qwen3.{_hf.__name__} comes from {_hf.__module__}: "
+                          "import qwen3_fused_add_patch before other patches")
 
 
 def cache_kwarg() -> str:
-    """What this transformers' Qwen3 calls the KV cache: past_key_values (5.17),
-    cache (5.24, with past_key_values an alias until 5.40)."""
-    forward = modeling_qwen3.Qwen3Model.__dict__.get("forward")
-    names = inspect.signature(forward).parameters if forward is not None else ()
+    """What this transformers' Qwen3 calls the KV cache: past_key_values (5.17 to
+    5.23), cache (5.24 on, with past_key_values an alias until 5.40)."""
+    names = inspect.signature(HF_MODEL.forward).parameters
     return "cache" if "cache" in names else "past_key_values"
 
 
 CACHE = cache_kwarg()
-# --8<-- [start:norm_forward]
-def fused_norm_forward(self, hidden_states, residual=None):
-    """Qwen3RMSNorm(h); with a residual: (Qwen3RMSNorm(h + residual), h + residual)."""
-    if residual is None:
-        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
-    return fused_add_rms_norm(hidden_states, residual, self.weight,
-                              self.variance_epsilon)
-# --8<-- [end:norm_forward]
 
 
-# --8<-- [start:layer_forward]
-def fused_layer_forward(self, hidden_states, residual=None, **kwargs):
-    """HF's decoder layer with its adds moved into the norms.
+# --8<-- [start:norm]
+class Qwen3RMSNorm(HF_NORM):
+    """HF's norm; given a residual, returns (norm(h + residual), h + residual)."""
 
-    Takes and returns the residual stream as an un-added pair (delta, residual);
-    layer 0 gets (embeddings, None). The mask, positions and KV cache in
-    ``kwargs`` go to the attention as HF's layer passes them.
-    """
-    if residual is None:  # layer 0: nothing to add yet
-        residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-    else:  # previous layer's MLP output + residual, then this layer's input norm
-        hidden_states, residual = self.input_layernorm(hidden_states, residual)
-    hidden_states, _ = self.self_attn(hidden_states=hidden_states, **kwargs)
-    # attention output + residual, then the post-attention norm: one call
-    hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-    hidden_states = self.mlp(hidden_states)
-    return hidden_states, residual  # the add happens in the next norm
-# --8<-- [end:layer_forward]
+    def forward(self, hidden_states, residual=None):
+        if residual is None:
+            return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+        return fused_add_rms_norm(hidden_states, residual, self.weight,
+                                  self.variance_epsilon)
+# --8<-- [end:norm]
 
 
-# --8<-- [start:model_forward]
-def fused_model_forward(self, input_ids=None, attention_mask=None, position_ids=None,
-                        cache=None, inputs_embeds=None, use_cache=None, **kwargs):
-    """HF's Qwen3Model.forward (5.17 to 5.24); only the layer loop and final norm
-    differ. The KV cache may come as ``cache`` or ``past_key_values``."""
-    cache = kwargs.pop("past_key_values", cache)
-    if kwargs.get("output_hidden_states", self.config.output_hidden_states):
-        raise NotImplementedError(
-            "output_hidden_states is not supported with the fused residual add: "
-            "a patched layer returns its output un-added; undo the patch for it")
-    check_norms(self)
-    if (input_ids is None) ^ (inputs_embeds is not None):
-        raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-    if inputs_embeds is None:
-        inputs_embeds = self.embed_tokens(input_ids)
-    if use_cache and cache is None:
-        cache = modeling_qwen3.DynamicCache(config=self.config)
-    if position_ids is None:
-        past_seen = 0 if cache is None else cache.get_seq_length()
-        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
-        position_ids = (position_ids + past_seen).unsqueeze(0)
-    if not isinstance(causal_mask_mapping := attention_mask, dict):
-        mask_kwargs = {
-            "config": self.config,
-            "inputs_embeds": inputs_embeds,
-            "attention_mask": attention_mask,
-            CACHE: cache,
-            "position_ids": position_ids,
-        }
-        causal_mask_mapping = {
-            "full_attention": modeling_qwen3.create_causal_mask(**mask_kwargs)}
-        if self.has_sliding_layers:
-            causal_mask_mapping["sliding_attention"] = (
-                modeling_qwen3.create_sliding_window_causal_mask(**mask_kwargs))
+# --8<-- [start:layer]
+class Qwen3DecoderLayer(HF_LAYER):
+    """HF's decoder layer with its adds moved into the norms."""
 
-    hidden_states, residual = inputs_embeds, None
-    position_embeddings = self.rotary_emb(hidden_states, position_ids)
-    for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
-        hidden_states, residual = decoder_layer(  # positional: gradient checkpointing
-            hidden_states,
-            residual,
-            attention_mask=causal_mask_mapping[self.config.layer_types[i]],
-            position_embeddings=position_embeddings,
-            position_ids=position_ids,
-            use_cache=use_cache,
-            **{CACHE: cache},
-            **kwargs,
-        )
-    if residual is None:  # no layers
-        hidden_states = self.norm(hidden_states)
-    else:  # last MLP output + residual, then the final norm
-        hidden_states, _ = self.norm(hidden_states, residual)
-    return modeling_qwen3.BaseModelOutputWithPast(
-        last_hidden_state=hidden_states, **{CACHE: cache if use_cache else None})
-# --8<-- [end:model_forward]
+    def forward(self, hidden_states, residual=None, return_sum=False, **kwargs):
+        """Takes and returns the residual stream as an un-added pair (delta,
+        residual); layer 0 gets (embeddings, None). ``return_sum``: return HF's
+        output (residual + delta, None), as output_hidden_states records it. The
+        mask, positions and KV cache in ``kwargs`` go to the attention as in HF."""
+        if residual is None:  # layer 0, or the previous layer returned its sum
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:  # previous layer's MLP output + residual, then this layer's norm
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states, _ = self.self_attn(hidden_states=hidden_states, **kwargs)
+        # attention output + residual, then the post-attention norm: one call
+        hidden_states, residual = self.post_attention_layernorm(hidden_states,
+                                                                residual)
+        hidden_states = self.mlp(hidden_states)
+        if return_sum:
+            return residual + hidden_states, None
+        return hidden_states, residual  # the add happens in the next norm
+# --8<-- [end:layer]
 
 
-def check_norms(model) -> None:
-    """The fused path calls HF's Qwen3RMSNorm modules with a residual."""
-    norms = [model.norm] + [norm for layer in model.layers
-                            for norm in (layer.input_layernorm,
-                                         layer.post_attention_layernorm)]
-    for norm in norms:
-        if type(norm).forward is not fused_norm_forward:
-            raise TypeError(
-                f"fused residual add: found a {type(norm).__name__} norm, expected "
-                "transformers' Qwen3RMSNorm (was the model built under another patch, "
-                "e.g. patch_qwen3_rmsnorm?)")
+# --8<-- [start:model]
+class Qwen3Model(HF_MODEL):
+    """HF's Qwen3Model; only the layer loop and the final norm differ."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        check_norms([self], norm=Qwen3RMSNorm)  # built under another norm patch?
+
+    @modeling_qwen3.merge_with_config_defaults  # HF's: config defaults (use_cache)
+    @modeling_qwen3.capture_outputs  # HF's: output_attentions, output_hidden_states
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                cache=None, inputs_embeds=None, use_cache=None, **kwargs):
+        cache = kwargs.pop("past_key_values", cache)  # either name, as HF takes
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError(
+                "You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and cache is None:
+            cache = modeling_qwen3.DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen = 0 if cache is None else cache.get_seq_length()
+            position_ids = torch.arange(inputs_embeds.shape[1],
+                                        device=inputs_embeds.device)
+            position_ids = (position_ids + past_seen).unsqueeze(0)
+        if not isinstance(causal_mask_mapping := attention_mask, dict):
+            mask_kwargs = {
+                "config": self.config,
+                "inputs_embeds": inputs_embeds,
+                "attention_mask": attention_mask,
+                CACHE: cache,
+                "position_ids": position_ids,
+            }
+            causal_mask_mapping = {
+                "full_attention": modeling_qwen3.create_causal_mask(**mask_kwargs)}
+            if self.has_sliding_layers:
+                causal_mask_mapping["sliding_attention"] = (
+                    modeling_qwen3.create_sliding_window_causal_mask(**mask_kwargs))
+
+        # Recording hidden states needs each layer's sum: the layers then return it.
+        wanted = kwargs.get("output_hidden_states", self.config.output_hidden_states)
+        return_sum = wanted is not None and wanted is not False
+        hidden_states, residual = inputs_embeds, None
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+            hidden_states, residual = decoder_layer(
+                hidden_states,  # positional: checkpointing's inputs
+                residual,
+                attention_mask=causal_mask_mapping[self.config.layer_types[i]],
+                position_embeddings=position_embeddings,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                return_sum=return_sum,
+                **{CACHE: cache},
+                **kwargs,
+            )
+        if residual is None:  # no layers, or the last one returned its sum
+            hidden_states = self.norm(hidden_states)
+        else:  # last MLP output + residual, then the final norm
+            hidden_states, _ = self.norm(hidden_states, residual)
+        return modeling_qwen3.BaseModelOutputWithPast(
+            last_hidden_state=hidden_states, **{CACHE: cache if use_cache else None})
+# --8<-- [end:model]
 
 
-def check_transformers() -> None:
-    """Raise unless modeling_qwen3 is code of the tested range that the forwards
-    above mirror (TESTED_VERSIONS, either KV-cache name)."""
-    version = transformers.__version__
-    oldest, newest = (Version(v).release[:2] for v in TESTED_VERSIONS)
-    if not oldest <= Version(version).release[:2] <= newest:
-        raise RuntimeError(
-            f"qwen3_fused_add_patch is tested with transformers {TESTED_VERSIONS[0]} "
-            f"to {TESTED_VERSIONS[1]} (it mirrors their Qwen3 forwards); found "
-            f"{version}")
-    missing = [name for name in REQUIRED if not hasattr(modeling_qwen3, name)]
-    if missing:
-        raise RuntimeError(f"transformers.models.qwen3.modeling_qwen3 lacks {missing}")
-    for name, expected in hf_signatures(CACHE).items():
-        cls = getattr(modeling_qwen3, name)
-        if cls.__module__ != modeling_qwen3.__name__:
-            raise RuntimeError(f"modeling_qwen3.{name} is {cls.__module__}."
-                               f"{cls.__name__}, not HF's: undo the other patch first")
-        found = list(inspect.signature(cls.forward).parameters)
-        if found != expected:
-            raise RuntimeError(f"{name}.forward takes {found}, expected {expected}")
+FUSED = {HF_NORM: Qwen3RMSNorm, HF_LAYER: Qwen3DecoderLayer, HF_MODEL: Qwen3Model}
 
 
 # --8<-- [start:patch]
 def patch_qwen3_fused_add_rmsnorm():
-    """Patch modeling_qwen3 (models built before or after); returns undo()."""
-    if modeling_qwen3.Qwen3RMSNorm.forward is fused_norm_forward:
+    """Make modeling_qwen3 build the fused classes; call it before building the
+    model (from_config, from_pretrained). Returns undo()."""
+    check_transformers("qwen3_fused_add_patch")
+    current = [getattr(modeling_qwen3, hf.__name__) for hf in FUSED]
+    if current == list(FUSED.values()):
         raise RuntimeError("Qwen3 is already patched for the fused residual add")
-    check_transformers()
-    new = {
-        modeling_qwen3.Qwen3RMSNorm: fused_norm_forward,
-        modeling_qwen3.Qwen3DecoderLayer: fused_layer_forward,
-        # HF's decorators: config defaults (use_cache), output_attentions capture
-        modeling_qwen3.Qwen3Model: modeling_qwen3.merge_with_config_defaults(
-            modeling_qwen3.capture_outputs(fused_model_forward)),
-    }
-    old = {cls: cls.__dict__["forward"] for cls in new}
-    for cls, forward in new.items():
-        cls.forward = forward
+    if current != list(FUSED):
+        raise RuntimeError("modeling_qwen3 is patched otherwise (e.g. by "
+                           "patch_qwen3_rmsnorm): undo the other patch first")
+    for hf, fused in FUSED.items():
+        setattr(modeling_qwen3, hf.__name__, fused)
 
     def undo():
-        for cls, forward in old.items():
-            cls.forward = forward
+        for hf in FUSED:
+            setattr(modeling_qwen3, hf.__name__, hf)
+
+    return undo
+
+
+def apply_fused_add_rmsnorm(model: torch.nn.Module):
+    """Turn the Qwen3 modules of a built model into the fused classes, in place
+    (parameters, buffers and hooks stay). Returns undo()."""
+    check_transformers("qwen3_fused_add_patch")
+    found = [m for m in model.modules() if isinstance(m, tuple(FUSED.values()))]
+    if found:
+        raise RuntimeError("this model's residual adds are already fused")
+    hf_model = [m for m in model.modules() if isinstance(m, HF_MODEL)]
+    if not hf_model:
+        raise ValueError(f"{type(model).__name__} holds no Qwen3Model")
+    check_norms(hf_model, norm=HF_NORM)
+    swapped = [(m, type(m)) for m in model.modules() if type(m) in FUSED]
+    for module, hf in swapped:
+        module.__class__ = FUSED[hf]
+    register_output_capture(Qwen3Model)
+
+    def undo():
+        for module, hf in swapped:
+            module.__class__ = hf
+        swapped.clear()
 
     return undo
 # --8<-- [end:patch]
 
+
+def register_output_capture(cls) -> None:
+    """HF's output capture finds what a model records by its class's name, which
+    PreTrainedModel.__init__ registers; a model converted in place needs it too."""
+    capturing = sys.modules[modeling_qwen3.capture_outputs.__module__]
+    registry = capturing._CAN_RECORD_REGISTRY
+    dict.__setitem__(registry, str(cls), HF_MODEL._can_record_outputs)
+
+
+def check_norms(models, norm) -> None:
+    """Where the fused path adds, the norms must be ``norm``: HF's (to be converted in
+    place) or this module's (built under the patch). Not, e.g., another patch's norm,
+    or FSDP's or compile's wrappers, which must come after the fusion."""
+    for model in models:
+        layer_class = HF_LAYER if norm is HF_NORM else Qwen3DecoderLayer
+        expected = [(model.norm, norm)]
+        for layer in model.layers:
+            expected += [(layer, layer_class), (layer.input_layernorm, norm),
+                         (layer.post_attention_layernorm, norm)]
+        for module, cls in expected:
+            if type(module) is not cls:
+                raise TypeError(
+                    f"fused residual add: found {type(module).__module__}."
+                    f"{type(module).__name__} where {cls.__module__}.{cls.__name__} "
+                    "was expected (another patch, or a wrapper applied before this?)")

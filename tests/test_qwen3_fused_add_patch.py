@@ -1,4 +1,8 @@
-"""The fused residual add + RMSNorm patch: every add->norm pair fused, Qwen3 trains like HF."""
+"""The fused residual add + RMSNorm patch: every add->norm pair fused, and everything HF's
+Qwen3 does still works: loss and gradients, the model's own eps, the KV cache and generate,
+output_attentions, output_hidden_states, return_dict, parameters and state_dict, undo.
+Both ways in are tested: apply_fused_add_rmsnorm(model) on a built model, and a model built
+under patch_qwen3_fused_add_rmsnorm(). Checkpointing: tests/test_qwen3_checkpointing.py."""
 
 import pytest
 import torch
@@ -6,19 +10,25 @@ import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 from transformers import Qwen3ForCausalLM
 
 import qwen3_fused_add_patch
+import qwen3_mirrored_code
 from qwen3_configs import tiny_qwen3_config
-from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
+from qwen3_fused_add_patch import (HF_LAYER, HF_MODEL, HF_NORM, apply_fused_add_rmsnorm,
+                                   patch_qwen3_fused_add_rmsnorm)
 from qwen3_patch import patch_qwen3_rmsnorm
 
-PATCHED = (modeling_qwen3.Qwen3RMSNorm, modeling_qwen3.Qwen3DecoderLayer, modeling_qwen3.Qwen3Model)
-HF_FORWARDS = {cls: cls.__dict__["forward"] for cls in PATCHED}
+HF = {"Qwen3RMSNorm": HF_NORM, "Qwen3DecoderLayer": HF_LAYER, "Qwen3Model": HF_MODEL}
+WAYS = ("apply", "patch")
 
 
 @pytest.fixture(autouse=True)
 def restore_hf():
     yield
-    for cls, forward in HF_FORWARDS.items():
-        cls.forward = forward
+    for name, cls in HF.items():
+        setattr(modeling_qwen3, name, cls)
+
+
+def module_globals():
+    return {name: getattr(modeling_qwen3, name) for name in HF}
 
 
 def tiny_model(device, dtype=torch.float32, layers=2, **overrides):
@@ -30,6 +40,19 @@ def tiny_model(device, dtype=torch.float32, layers=2, **overrides):
             if "norm" in name:
                 param.uniform_(0.5, 1.5)
     return model.to(device=device, dtype=dtype)
+
+
+def fused_copy(model, way):
+    """(the model fused as a reader would, undo). "apply": this model, in place;
+    "patch": a new model built under the build-time patch, loaded with its weights."""
+    if way == "apply":
+        return model, apply_fused_add_rmsnorm(model)
+    undo_patch = patch_qwen3_fused_add_rmsnorm()
+    fused = Qwen3ForCausalLM(model.config)
+    undo_patch()
+    fused.load_state_dict(model.state_dict())
+    parameter = next(model.parameters())
+    return fused.to(device=parameter.device, dtype=parameter.dtype), lambda: None
 
 
 def batch(model, device, shape=(2, 16), seed=1):
@@ -61,16 +84,17 @@ def counting(monkeypatch, name):
     return calls
 
 
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("layers", [2, 3])
-def test_every_add_norm_pair_is_one_fused_call(device, monkeypatch, layers):
+def test_every_add_norm_pair_is_one_fused_call(device, monkeypatch, layers, way):
     model = tiny_model(device, layers=layers)
     ids = batch(model, device)
     with torch.no_grad():
         expected = model(input_ids=ids).logits
+    fused_model, undo = fused_copy(model, way)
     fused, plain = counting(monkeypatch, "fused_add_rms_norm"), counting(monkeypatch, "rms_norm")
-    undo = patch_qwen3_fused_add_rmsnorm()
     with torch.no_grad():
-        logits = model(input_ids=ids).logits
+        logits = fused_model(input_ids=ids).logits
     undo()
     # Two adds per layer, each fused into the norm after it (the last one into model.norm);
     # plain: layer 0's input norm, and q_norm, k_norm of every layer: 4L+1 norms in all.
@@ -88,7 +112,7 @@ def test_loss_and_every_grad_match_hf(device, dtype):
     model = tiny_model(device, dtype)
     ids = batch(model, device)
     hf_loss, hf_grads = loss_and_grads(model, ids)
-    undo = patch_qwen3_fused_add_rmsnorm()
+    undo = apply_fused_add_rmsnorm(model)
     loss, grads = loss_and_grads(model, ids)
     undo()
     assert grads.keys() == hf_grads.keys() and len(grads) == len(list(model.parameters()))
@@ -105,61 +129,90 @@ def test_loss_and_every_grad_match_hf(device, dtype):
         assert ours <= 2 * theirs + 1e-2, (name, ours, theirs)
 
 
-def test_gradient_checkpointing_passes_the_pair(device):
-    model = tiny_model(device)
-    model.gradient_checkpointing_enable()
-    model.train()
+@pytest.mark.parametrize("way", WAYS)
+def test_the_models_own_eps_is_used(device, way):
+    """A model with rms_norm_eps=1e-5 (this test's activations make that differ from the
+    default 1e-6 by far more than rounding): fused and plain norms use the module's eps."""
+    model = tiny_model(device, rms_norm_eps=1e-5)
     ids = batch(model, device)
-    hf_loss, hf_grads = loss_and_grads(model, ids)
-    undo = patch_qwen3_fused_add_rmsnorm()
-    loss, grads = loss_and_grads(model, ids)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        other_eps = tiny_model(device)  # the same weights (same seed), eps 1e-6
+        eps_matters = (other_eps(input_ids=ids).logits - expected).abs().max().item()
+        fused_model, undo = fused_copy(model, way)
+        got = fused_model(input_ids=ids).logits
     undo()
-    torch.testing.assert_close(loss, hf_loss, rtol=1e-6, atol=0)
-    for name, grad in grads.items():
-        assert rel_err(grad, hf_grads[name]) < 1e-5, name
+    assert eps_matters > 1e-3  # the check below can tell the two eps apart
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_undo_restores_hf_bit_for_bit(device):
     model = tiny_model(device)
     ids = batch(model, device)
     before_loss, before_grads = loss_and_grads(model, ids)
-    undo = patch_qwen3_fused_add_rmsnorm()
-    assert all(cls.forward is not HF_FORWARDS[cls] for cls in PATCHED)
+    classes = [type(m) for m in model.modules()]
+    undo = apply_fused_add_rmsnorm(model)
+    assert {type(m).__name__ for m in model.modules() if type(m) not in classes} == set(HF)
     loss_and_grads(model, ids)
     undo()
-    assert all(cls.__dict__["forward"] is HF_FORWARDS[cls] for cls in PATCHED)
+    assert [type(m) for m in model.modules()] == classes
     after_loss, after_grads = loss_and_grads(model, ids)
     assert torch.equal(after_loss, before_loss)
     assert all(torch.equal(after_grads[n], g) for n, g in before_grads.items())
     undo()  # a second undo changes nothing
-    assert all(cls.__dict__["forward"] is HF_FORWARDS[cls] for cls in PATCHED)
+    assert [type(m) for m in model.modules()] == classes
+
+
+def test_the_build_time_patch_swaps_only_what_modeling_qwen3_builds():
+    undo = patch_qwen3_fused_add_rmsnorm()
+    assert {name: cls.__module__ for name, cls in module_globals().items()} == dict.fromkeys(
+        HF, "qwen3_fused_add_patch")
+    undo()
+    assert module_globals() == HF
+    undo()  # a second undo changes nothing
+    assert module_globals() == HF
 
 
 def test_patching_twice_raises_and_keeps_the_first_patch():
     undo = patch_qwen3_fused_add_rmsnorm()
-    patched = {cls: cls.__dict__["forward"] for cls in PATCHED}
+    patched = module_globals()
     with pytest.raises(RuntimeError, match="already patched"):
         patch_qwen3_fused_add_rmsnorm()
-    assert {cls: cls.__dict__["forward"] for cls in PATCHED} == patched
+    assert module_globals() == patched
     undo()
     patch_qwen3_fused_add_rmsnorm()()  # patch, undo: fine again
+    assert module_globals() == HF
 
 
-def test_models_built_under_the_patch_keep_hf_parameters_and_keys(device):
-    reference = tiny_model(device)
-    undo = patch_qwen3_fused_add_rmsnorm()
-    model = Qwen3ForCausalLM(reference.config).to(device)
+def test_fusing_a_model_twice_raises_and_changes_nothing(device):
+    model = tiny_model(device)
+    undo = apply_fused_add_rmsnorm(model)
+    fused_classes = [type(m) for m in model.modules()]
+    with pytest.raises(RuntimeError, match="already fused"):
+        apply_fused_add_rmsnorm(model)
+    assert [type(m) for m in model.modules()] == fused_classes
     undo()
+    built = fused_copy(model, "patch")[0]  # built fused: applying again is refused too
+    with pytest.raises(RuntimeError, match="already fused"):
+        apply_fused_add_rmsnorm(built)
+
+
+def test_models_built_under_the_patch_keep_hf_names_parameters_and_keys(device):
+    reference = tiny_model(device)
+    model, _ = fused_copy(reference, "patch")
     assert list(model.state_dict()) == list(reference.state_dict())
-    model.load_state_dict(reference.state_dict())  # an HF checkpoint loads as is
+    # HF's class names: _no_split_modules, FSDP's and accelerate's layer lookups go by name
+    names = {type(m).__name__ for m in model.modules()}
+    assert set(model._no_split_modules) <= names and "Qwen3DecoderLayer" in names
+    assert type(model.model.layers[0]).__module__ == "qwen3_fused_add_patch"
     ids = batch(model, device)
     with torch.no_grad():
-        expected = reference(input_ids=ids).logits
-        patch_qwen3_fused_add_rmsnorm()
-        torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits,
+                                   rtol=1e-5, atol=1e-5)
 
 
-def test_generate_with_cache_and_padding_matches_hf(device):
+@pytest.mark.parametrize("way", WAYS)
+def test_generate_with_cache_and_padding_matches_hf(device, way):
     """Inference path: prefill + decoding with a DynamicCache and a left-padded batch."""
     model = tiny_model(device).eval()
     ids = batch(model, device, (2, 8))
@@ -170,34 +223,50 @@ def test_generate_with_cache_and_padding_matches_hf(device):
     expected = model.generate(ids, **options)
     with torch.no_grad():
         hf_logits = model(input_ids=ids, attention_mask=mask).logits
-    undo = patch_qwen3_fused_add_rmsnorm()
-    tokens = model.generate(ids, **options)
+    fused_model, undo = fused_copy(model, way)
+    tokens = fused_model.eval().generate(ids, **options)
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits = fused_model(input_ids=ids, attention_mask=mask).logits
     undo()
     assert torch.equal(tokens, expected)
     torch.testing.assert_close(logits, hf_logits, rtol=1e-5, atol=1e-5)
 
 
-def test_output_hidden_states_raises_clearly(device):
-    model = tiny_model(device)
+@pytest.mark.parametrize("way", WAYS)
+def test_output_hidden_states_are_hfs(device, way):
+    """Every layer's output (residual + MLP output), the embeddings first and the final
+    norm's output last, as HF records them; asked for in the call or in the config."""
+    model = tiny_model(device, layers=3)
     ids = batch(model, device)
-    patch_qwen3_fused_add_rmsnorm()
-    with pytest.raises(NotImplementedError, match="output_hidden_states"):
-        model(input_ids=ids, output_hidden_states=True)
+    with torch.no_grad():
+        expected = model(input_ids=ids, output_hidden_states=True).hidden_states
+    fused_model, undo = fused_copy(model, way)
+    with torch.no_grad():
+        got = fused_model(input_ids=ids, output_hidden_states=True).hidden_states
+        fused_model.config.output_hidden_states = True
+        from_config = fused_model.model(input_ids=ids).hidden_states
+        fused_model.config.output_hidden_states = False
+        without = fused_model(input_ids=ids).hidden_states
+    undo()
+    assert isinstance(got, tuple) and len(got) == len(expected) == 3 + 1
+    for ours, theirs in zip(got, expected):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert len(from_config) == 4 and without is None
+    torch.testing.assert_close(from_config[-1], expected[-1], rtol=1e-5, atol=1e-6)
 
 
-def test_attentions_and_return_dict_are_hfs(device):
-    """HF's output capture (capture_outputs) still wraps the patched Qwen3Model.forward:
+@pytest.mark.parametrize("way", WAYS)
+def test_attentions_and_return_dict_are_hfs(device, way):
+    """HF's output capture (capture_outputs) still wraps the fused Qwen3Model.forward:
     output_attentions records every layer's attention weights, return_dict=False a tuple."""
     model = tiny_model(device, layers=3, attn_implementation="eager")
     ids = batch(model, device)
     with torch.no_grad():
         expected = model(input_ids=ids, output_attentions=True)
         expected_tuple = model.model(input_ids=ids, return_dict=False)
-        undo = patch_qwen3_fused_add_rmsnorm()
-        got = model(input_ids=ids, output_attentions=True)
-        got_tuple = model.model(input_ids=ids, return_dict=False)
+        fused_model, undo = fused_copy(model, way)
+        got = fused_model(input_ids=ids, output_attentions=True)
+        got_tuple = fused_model.model(input_ids=ids, return_dict=False)
     undo()
     assert isinstance(got.attentions, tuple) and len(got.attentions) == 3
     for ours, theirs in zip(got.attentions, expected.attentions):
@@ -209,10 +278,10 @@ def test_attentions_and_return_dict_are_hfs(device):
 @pytest.mark.parametrize("name", ["past_key_values", "cache"])
 def test_either_cache_name_is_accepted(device, name):
     """transformers 5.24 calls the KV cache `cache` (5.17: past_key_values; the old name is
-    an alias until 5.40): the patched model takes either and returns HF's field."""
+    an alias until 5.40): the fused model takes either and returns HF's field."""
     model = tiny_model(device).eval()
     ids = batch(model, device, (1, 6))
-    undo = patch_qwen3_fused_add_rmsnorm()
+    undo = apply_fused_add_rmsnorm(model)
     with torch.no_grad():
         cache = modeling_qwen3.DynamicCache(config=model.config)
         out = model.model(input_ids=ids[:, :4], use_cache=True, **{name: cache})
@@ -226,23 +295,18 @@ def test_either_cache_name_is_accepted(device, name):
     torch.testing.assert_close(step.last_hidden_state, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_refuses_versions_outside_the_tested_range(monkeypatch):
-    # the module object the patch reads (transformers swaps its lazy module on first use)
-    for version in ("5.16.2", "5.25.0", "6.0.0"):
-        monkeypatch.setattr(qwen3_fused_add_patch.transformers, "__version__", version)
-        with pytest.raises(RuntimeError, match=f"tested with transformers 5.17 to 5.24.*found {version}"):
-            patch_qwen3_fused_add_rmsnorm()
-    monkeypatch.setattr(qwen3_fused_add_patch.transformers, "__version__", "5.20.1")
-    patch_qwen3_fused_add_rmsnorm()()  # inside the range: the forwards' signatures decide
-    monkeypatch.undo()
-    monkeypatch.delattr(modeling_qwen3, "create_causal_mask")
-    with pytest.raises(RuntimeError, match="create_causal_mask"):
-        patch_qwen3_fused_add_rmsnorm()
-    monkeypatch.undo()
-    monkeypatch.setattr(modeling_qwen3.Qwen3DecoderLayer, "forward", lambda self, x, mask: x)
-    with pytest.raises(RuntimeError, match="Qwen3DecoderLayer.forward takes"):
-        patch_qwen3_fused_add_rmsnorm()
-    assert modeling_qwen3.Qwen3RMSNorm.forward is HF_FORWARDS[modeling_qwen3.Qwen3RMSNorm]
+def test_untested_transformers_code_is_refused_by_name(device, monkeypatch):
+    """A transformers whose mirrored code is not a tested version's: both ways in refuse,
+    name the piece that differs, and change nothing."""
+    real = qwen3_mirrored_code.fingerprint()
+    changed = dict(real, GradientCheckpointingLayer="0123456789ab")
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint", lambda: changed)
+    model = tiny_model(device)
+    classes = [type(m) for m in model.modules()]
+    for way in (patch_qwen3_fused_add_rmsnorm, lambda: apply_fused_add_rmsnorm(model)):
+        with pytest.raises(RuntimeError, match=r"differs from \S+ in GradientCheckpointingLayer"):
+            way()
+    assert module_globals() == HF and [type(m) for m in model.modules()] == classes
 
 
 def test_refuses_other_norm_classes(device):
@@ -251,6 +315,19 @@ def test_refuses_other_norm_classes(device):
         patch_qwen3_fused_add_rmsnorm()
     model = Qwen3ForCausalLM(tiny_qwen3_config()).to(device)  # Triton norm modules
     undo_plain()
-    patch_qwen3_fused_add_rmsnorm()
+    classes = [type(m) for m in model.modules()]
     with pytest.raises(TypeError, match="TritonQwen3RMSNorm"):
-        model(input_ids=batch(model, device))
+        apply_fused_add_rmsnorm(model)
+    assert [type(m) for m in model.modules()] == classes  # nothing half converted
+    undo_fused = patch_qwen3_fused_add_rmsnorm()  # the other order: fused, then plain
+    undo_plain = patch_qwen3_rmsnorm()
+    with pytest.raises(TypeError, match="TritonQwen3RMSNorm"):
+        Qwen3ForCausalLM(tiny_qwen3_config())  # its layers would hand Triton norms a residual
+    undo_plain()
+    undo_fused()
+    assert module_globals() == HF
+
+
+def test_refuses_a_model_without_qwen3():
+    with pytest.raises(ValueError, match="no Qwen3Model"):
+        apply_fused_add_rmsnorm(torch.nn.Linear(4, 4))

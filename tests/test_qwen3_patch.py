@@ -103,3 +103,50 @@ def test_unpatch_restores_hf_after_nested_patches():
     with torch.device("meta"):
         model = Qwen3ForCausalLM(tiny_qwen3_config())
     assert count_modules(model, HF_QWEN3_RMSNORM) == 4 * 2 + 1
+
+
+def test_each_undo_restores_the_class_it_replaced():
+    """Nested patches unwind in order: the inner undo brings back the outer patch's class,
+    not HF's."""
+    undo_outer = patch_qwen3_rmsnorm()
+    undo_inner = patch_qwen3_rmsnorm(TritonQwen3RMSNormFwdOnly)
+    assert modeling_qwen3.Qwen3RMSNorm is TritonQwen3RMSNormFwdOnly
+    undo_inner()
+    assert modeling_qwen3.Qwen3RMSNorm is TritonQwen3RMSNorm
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(tiny_qwen3_config())
+    assert count_modules(model, TritonQwen3RMSNorm) == 4 * 2 + 1
+    assert count_modules(model, TritonQwen3RMSNormFwdOnly) == 0
+    undo_outer()
+    assert modeling_qwen3.Qwen3RMSNorm is HF_QWEN3_RMSNORM
+
+
+def test_untested_qwen3_rmsnorm_code_is_refused(monkeypatch):
+    """The Triton norm reproduces Qwen3RMSNorm's arithmetic: a transformers whose
+    Qwen3RMSNorm is not a tested version's is refused by both ways in, and nothing changes;
+    the other mirrored pieces are the fused patch's business."""
+    import qwen3_mirrored_code
+
+    real = qwen3_mirrored_code.fingerprint()
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint",
+                        lambda: dict(real, Qwen3RMSNorm="0123456789ab"))
+    model = Qwen3ForCausalLM(tiny_qwen3_config())
+    for way in (patch_qwen3_rmsnorm, lambda: replace_rmsnorm_modules(model)):
+        with pytest.raises(RuntimeError, match=r"differs from \S+ in Qwen3RMSNorm"):
+            way()
+    assert modeling_qwen3.Qwen3RMSNorm is HF_QWEN3_RMSNORM
+    assert count_modules(model, HF_QWEN3_RMSNORM) == 4 * 2 + 1
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint",
+                        lambda: dict(real, Qwen3Model="0123456789ab"))
+    patch_qwen3_rmsnorm()()  # a change elsewhere does not concern this patch
+
+
+def test_replace_in_place_leaves_other_patches_norms_alone(device):
+    """Only HF's own Qwen3RMSNorm modules are swapped: not a subclass such as the fused
+    patch's norm, whose layers hand it a residual."""
+    from qwen3_fused_add_patch import apply_fused_add_rmsnorm
+
+    model = Qwen3ForCausalLM(tiny_qwen3_config()).to(device)
+    undo = apply_fused_add_rmsnorm(model)
+    assert replace_rmsnorm_modules(model) == 0
+    undo()

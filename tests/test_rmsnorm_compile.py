@@ -188,7 +188,7 @@ def test_patched_qwen3_compiles_fullgraph(patch):  # pragma: gpu only
     from transformers import Qwen3ForCausalLM
 
     from qwen3_configs import tiny_qwen3_config
-    from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
+    from qwen3_fused_add_patch import apply_fused_add_rmsnorm
     from qwen3_patch import patch_qwen3_rmsnorm
 
     torch.manual_seed(0)
@@ -198,7 +198,7 @@ def test_patched_qwen3_compiles_fullgraph(patch):  # pragma: gpu only
         undo()
     else:
         model = Qwen3ForCausalLM(tiny_qwen3_config()).cuda()
-        undo = patch_qwen3_fused_add_rmsnorm()
+        undo = apply_fused_add_rmsnorm(model)
     try:
         ids = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda")
         assert graph_breaks(model, input_ids=ids, labels=ids) == 0

@@ -12,7 +12,7 @@ from transformers import Qwen3ForCausalLM
 from bench import exp_step
 from bench.report.names import TIE_RULES
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
-from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
+from qwen3_fused_add_patch import apply_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
 
@@ -56,10 +56,10 @@ def test_triton_norms_are_one_backward_node_each(device, on_gpu):
 
 
 def test_fused_add_tier_counts_the_fused_calls_as_norm_time(device, on_gpu):
-    """triton_fused_add: HF's norm modules with patched forwards; the module ranges hold the
+    """triton_fused_add: the fused subclasses of HF's norm modules; the module ranges hold the
     2L fused add+norm calls and the 2L+1 plain ones, each with its one backward node."""
     model, n_norms = _model(device=device)
-    undo = patch_qwen3_fused_add_rmsnorm()
+    undo = apply_fused_add_rmsnorm(model)
     try:
         profile = _profile(model, on_gpu=on_gpu)
     finally:
