@@ -47,6 +47,16 @@ def install_scripts(site: pathlib.Path) -> list[pathlib.Path]:
     return installed
 
 
+def extract(wheel: pathlib.Path, site: pathlib.Path) -> None:
+    """Extract ``wheel`` into ``site``, restoring the exec bits its entries record."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            path = pathlib.Path(archive.extract(info, site))
+            mode = info.external_attr >> 16  # the Unix mode, where the wheel recorded one
+            if not info.is_dir() and mode & 0o111:
+                path.chmod(path.stat().st_mode | (mode & 0o111))
+
+
 def search_path(site: pathlib.Path) -> str:
     entries = [site, site / "nvidia_cutlass_dsl" / "dsl_packages"]
     return ":".join(str(e) for e in entries if e.exists())
@@ -64,8 +74,7 @@ def main(argv: list[str]) -> int:
     for folder in map(pathlib.Path, argv[1:]):
         joined_parts(folder)
         for wheel in sorted(folder.glob("*.whl")):
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(site)
+            extract(wheel, site)
             print(f"unpacked {wheel.name}")
     for program in install_scripts(site):
         print(f"installed {program}")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real torch.compile graph break, reported by torch._dynamo.explain.
 
 A data-dependent Python branch (`if tensor.item() > ...`) forces Dynamo to stop

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Liger-Kernel's Qwen3 patch on a tiny Qwen3: patch, build, count swapped modules,
 train one step.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Does swapping in the Triton RMSNorm change training? Train the same Qwen3 twice and
 compare the losses.
 

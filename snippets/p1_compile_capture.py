@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Automatic fusion: what torch.compile (Inductor) generates for Qwen3's RMSNorm.
 
 Article 1 (docs/qwen3-fusion.md) shows this file in parts;

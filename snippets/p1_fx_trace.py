@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Read Qwen3 as a graph: torch.fx.symbolic_trace where it works, torch.export
 where it does not.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Dynamic reading of Qwen3: profile one training step and measure launch overhead.
 
 Article 1 (docs/qwen3-fusion.md) shows this file in parts;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """FLOPs and bytes per token of Qwen3's classic fusable points, and where they sit on
 a roofline.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Static reading of Qwen3: the module tree, module counts, and the source that
 defines it.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How this site checks a kernel: an fp64 reference and a strict comparison.
 
 docs/how-we-test.md shows this file in parts; tests/test_proof_demo.py tests it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Qwen3 dense model geometries, built from a config (no hub access needed).
 
 Numbers are the published Qwen3 config.json values: head_dim 128,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Train one step of a tiny Qwen3 with every residual add fused into its RMSNorm.
 
 Builds the model, takes HF's loss, fuses it in place (qwen3_fused_add_patch.py),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fuse every residual add of a Qwen3 into the RMSNorm that follows it.
 
 HF's Qwen3 adds a residual and then normalises the sum, 2 * num_hidden_layers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which transformers the Qwen3 patches accept: decided by the code they mirror.
 
 The patches (qwen3_patch.py, qwen3_fused_add_patch.py) stand in for parts of
@@ -37,16 +38,16 @@ PIECES = (
 
 # transformers versions the patch tests ran on -> fingerprint (PIECES' digests).
 TESTED = {
-    "5.17.0": "d9cab0c2ec9d 9e8ba07a2573 738d97189f12 588a63ccc020 "
-              "994347b6e9f9 8c30b0f7c010 missing f4ef0fd5f4e2",
-    "5.22.2": "d9cab0c2ec9d 9e8ba07a2573 738d97189f12 588a63ccc020 "
-              "4846c0d48724 8c30b0f7c010 missing f4ef0fd5f4e2",
-    "5.23.0": "d9cab0c2ec9d 9e8ba07a2573 738d97189f12 f5b78faef3a4 "
-              "cd0d839d6738 b012d54f810e 014864b59690 f4ef0fd5f4e2",
-    "5.24.0": "d9cab0c2ec9d 423189ee0db0 107f4ffa00d3 7b2af8cbd098 "
-              "cd0d839d6738 b012d54f810e 014864b59690 8e37bd659cbf",
-    "5.25.0": "d9cab0c2ec9d 423189ee0db0 107f4ffa00d3 7b2af8cbd098 "
-              "cd0d839d6738 b012d54f810e 014864b59690 8e37bd659cbf",
+    "5.17.0": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
+              "2a9119043510 11ef8bfcb7a5 missing 9f836ac40e77",
+    "5.22.2": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
+              "4d3c49258e84 11ef8bfcb7a5 missing 9f836ac40e77",
+    "5.23.0": "d2f0569a389c 33b93ae7299a 2c8323462173 f03cdbec4366 "
+              "5a173dabc469 2865397999c8 46599738c9aa 9f836ac40e77",
+    "5.24.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
+              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131",
+    "5.25.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
+              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131",
 }
 # --8<-- [end:pieces]
 
@@ -82,9 +83,21 @@ class _CodeOnly(ast.NodeTransformer):
         return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
 
 
+def _canonical(node) -> str:
+    """The tree as text, leaving out empty fields: newer Pythons add fields (3.12: a
+    function's type_params) that stay empty in this code, and ast.dump shows them."""
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_canonical(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != []]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_canonical(item) for item in node)}]"
+    return repr(node)
+
+
 def _code_digest(node) -> str:
     tree = _CodeOnly().visit(ast.Module(body=[node], type_ignores=[]))
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:12]
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:12]
 
 
 def _defining_modules() -> dict:

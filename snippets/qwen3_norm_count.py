@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How many modules does the RMSNorm patch replace? Count them on every Qwen3 dense
 size (篇2 §6.1).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Swap every Qwen3RMSNorm of a Qwen3 model for the Triton version.
 
 Two ways, both covering input/post-attention norms, q_norm, k_norm and the

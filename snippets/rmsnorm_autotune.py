@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """triton.autotune on the production RMSNorm forward kernel (篇2 §七).
 
 The autotuner times every candidate on the GPU the first time it sees

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Launch configs of the RMSNorm kernels (rmsnorm_triton.py), as ladders per GPU.
 
 A ladder is a list of rungs, narrowest rows first. A row of n_cols is split into
@@ -8,7 +9,7 @@ holds the row (and whose ``tail`` / ``vector`` conditions match) gives the confi
 The ladders of a GPU architecture come from timing every candidate config at 43
 row widths on that GPU (``python -m bench.explore_widths``): sm_90, the H200, is
 the measured one. A GPU no ladder covers gets ``UNTUNED_GPU_LADDERS`` (the H200's
-rules, not measured there); README.md says how to tune one.
+rules, not measured there); bench/README.md says how to tune one.
 """
 import dataclasses
 import functools
@@ -184,7 +185,21 @@ LADDERS = {
 UNTUNED_GPU_LADDERS = LADDERS["sm_90"]
 
 
-@functools.lru_cache(maxsize=None)
+def cached_outside_compile(fn):
+    """``functools.cache(fn)`` for eager calls. Under torch.compile, ``fn`` itself:
+    Dynamo traces the function anyway (its result is a constant of the graph), and
+    warns on every compile when it meets a cache wrapper."""
+    cached = functools.cache(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        return fn(*args) if torch.compiler.is_compiling() else cached(*args)
+
+    call.cache_clear = cached.cache_clear
+    return call
+
+
+@cached_outside_compile
 def ladders_for(device: torch.device) -> Ladders:
     """The ladders of the GPU that ``device`` is on (UNTUNED_GPU_LADDERS if none)."""
     if device.type != "cuda":

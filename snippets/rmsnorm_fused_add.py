@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Residual add + Qwen3 RMSNorm, fused: one Triton kernel each way.
 
 HF's Qwen3 decoder layer does ``s = residual + x`` and then ``y = norm(s)``: two

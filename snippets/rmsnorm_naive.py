@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Teaching version of a Qwen3 RMSNorm in Triton: one program per row.
 
 Correct (HF cast order, output in the output tensor's own dtype, fp64 accumulation

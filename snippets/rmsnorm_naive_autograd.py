@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The teaching kernels of rmsnorm_naive.py as a torch.autograd.Function (篇2 §五).
 
 The same contract as the production TritonRMSNormFunction: inputs saved with

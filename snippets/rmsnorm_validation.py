@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The three checks a hand-written backward must pass before it goes into training
 (篇2 §5.6).
 

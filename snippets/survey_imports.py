@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The smallest real use of each fused-kernel library surveyed in 篇2 §二.
 
 Each function is one library's entry point applied to Qwen3. Third-party

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Triton in one minute: scale a vector, one block of elements per program.
 
 The four ideas every Triton kernel is built from: program_id, arange + offsets

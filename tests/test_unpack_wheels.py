@@ -12,10 +12,12 @@ import zipfile
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / ".ci" / "unpack-wheels.py"
 
 
-def _wheel(path: pathlib.Path, files: dict[str, bytes]) -> pathlib.Path:
+def _wheel(path: pathlib.Path, files: dict[str, bytes], executable=()) -> pathlib.Path:
     with zipfile.ZipFile(path, "w") as archive:
         for name, body in files.items():
-            archive.writestr(name, body)
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o755 if name in executable else 0o644) << 16
+            archive.writestr(info, body)
     return path
 
 
@@ -49,3 +51,20 @@ def test_wheels_are_joined_extracted_and_their_programs_made_runnable(tmp_path):
         assert os.access(site / "bin" / program, os.X_OK)
         ran = subprocess.run([program], capture_output=True, text=True, env=env, check=True)
         assert ran.stdout.strip() == expected
+
+
+def test_files_a_wheel_marks_executable_stay_executable(tmp_path):
+    """triton's wheel records ptxas as 0o755; zipfile's extractall would drop the bit, and
+    every launch would then fail with PermissionError. Other files stay plain."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels / "compiler-1.0-py3-none-any.whl", {
+        "compiler/__init__.py": b"",
+        "compiler/bin/ptxas": b"#!/bin/sh\necho ptxas ok\n",
+    }, executable={"compiler/bin/ptxas"})
+    site = tmp_path / "site"
+    _unpack(str(site), str(wheels))
+    ptxas = site / "compiler" / "bin" / "ptxas"
+    assert os.access(ptxas, os.X_OK)
+    assert subprocess.run([str(ptxas)], capture_output=True, text=True, check=True).stdout == "ptxas ok\n"
+    assert not os.access(site / "compiler" / "__init__.py", os.X_OK)

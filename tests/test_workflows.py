@@ -52,7 +52,7 @@ def test_zizmor_reports_nothing():
     assert result.returncode == 0, f"zizmor findings:\n{result.stdout}{result.stderr}"
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml", "publish.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml", "publish.yml", "newest.yml"])
 def test_least_privilege_and_pinned_actions(name):
     workflow = load(name)
     assert workflow.get("permissions") == {}, f"{name}: top-level permissions must be {{}}"
@@ -143,3 +143,23 @@ def test_every_uses_is_a_documented_form():
 def test_uses_forms(value, job_level, ok):
     assert (uses_problem(value, job_level) is None) == ok
 
+
+
+def test_the_newest_stack_runs_weekly_by_hand_and_in_ci():
+    """newest.yml runs .ci/newest.sh (the kernel and patch tests on the newest torch CPU build,
+    Triton and transformers) on a weekly schedule, on demand, and as a job of ci.yml."""
+    newest = load("newest.yml")
+    assert {"schedule", "workflow_dispatch", "workflow_call"} <= set(newest["on"])
+    (cron,) = [entry["cron"] for entry in newest["on"]["schedule"]]
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and weekday.isdigit(), f"not weekly: {cron}"
+    (job,) = newest["jobs"].values()
+    assert any(step.get("run") == "bash .ci/newest.sh" for step in job["steps"])
+    ci_jobs = load("ci.yml")["jobs"]
+    assert any(j.get("uses") == "$/.github/workflows/newest.yml" for j in ci_jobs.values())
+
+    script = (ROOT / ".ci" / "newest.sh").read_text(encoding="utf-8")
+    assert "download.pytorch.org/whl/cpu" in script  # the CPU build, not PyPI's CUDA one
+    assert re.search(r"--upgrade triton transformers numpy", script)  # unpinned: the newest
+    for tests in ("tests/test_rmsnorm_*.py", "tests/test_qwen3_*.py"):
+        assert tests in script

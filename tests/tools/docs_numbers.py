@@ -1,4 +1,4 @@
-"""The number rule: no benchmark-like number typed into a page (see README, "Data checks").
+"""The number rule: no benchmark-like number typed into a page (see CONTRIBUTING.md, "Data checks").
 
 A benchmark-like number is a number followed by a unit of time, size, bandwidth, throughput,
 ratio or share (ns … min, 秒, KB … TiB, GB/s, TFLOP/s, tokens/s, %, 百分点, ×, 倍); a × or x
