@@ -44,7 +44,9 @@ def test_reread_backward_matches_fp64(n_cols, config, device):
 
 @pytest.mark.parametrize("n_cols, config", CONFIGS, ids=str)
 def test_reread_backward_adds_ds(n_cols, config, device):
-    """The fused add's backward: dx + ds, dW unchanged; without dW nothing else moves."""
+    """The fused add's backward: dx + ds, dW unchanged; without dW, dx is the same within fp64
+    rounding (the two are compiled apart: Triton 3.9 contracts their FMAs differently, so they
+    can differ in the last bits, as they did on the H200)."""
     x, w, dy = slots_inputs(n_cols, torch.float64, device, seed=n_cols + 7)
     ds = torch.randn_like(dy)
     _, rstd = rms_norm_forward(x, w, 1e-6)
@@ -53,7 +55,7 @@ def test_reread_backward_adds_ds(n_cols, config, device):
         dx_only, no_dw = rms_norm_backward(dy, x, w, rstd, compute_dw=False, config=config, ds=ds)
     _, ref_dx, ref_dw = fp64_reference(x, w, 1e-6, dy)
     assert rel_err(dx, ref_dx + ds) < 1e-12 and rel_err(dw, ref_dw) < 1e-12
-    assert no_dw is None and torch.equal(dx_only, dx)
+    assert no_dw is None and rel_err(dx_only, dx) < 1e-14
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
