@@ -6,7 +6,7 @@
 #   3. (CPU, whole suite) the Qwen3 patch tests once more on each other transformers
 #      the patches were tested on (requirements-transformers/*.txt), and the kernel and
 #      patch tests on the newest Triton (requirements-triton.txt), each from its own
-#      folder put first on PYTHONPATH
+#      folder put first on PYTHONPATH, side by side
 #   4. pytest with coverage of snippets/ (floor in pyproject.toml): snippet tests,
 #      docs code-block tests, docs conventions, workflow lint (actionlint + zizmor),
 #      browser check (headless chromium; screenshots in artifacts/screenshots/);
@@ -107,33 +107,41 @@ step "measured data: python -m bench.render --check"
 step "site: mkdocs build --strict"
 "$PY" -m mkdocs build --strict || failed+=("mkdocs build --strict")
 
-COV_APPEND=()
 if [[ $MODE == cpu && $# -eq 0 ]]; then
-  # Each run installs its pins (--no-deps, pure Python but triton) into a folder of its
-  # own under the venv, first on PYTHONPATH; the venv's own pins stay underneath.
-  other_stack() {  # NAME REQUIREMENTS EXPECTED_TRANSFORMERS TEST...
-    local name=$1 pins=$2 expected=$3
-    shift 3
+  # The same tests on other stacks: each installs its pins (--no-deps) into a folder of its
+  # own under the venv, first on PYTHONPATH over the venv's pins. The runs go side by side
+  # (one process each; the triton run on two workers), each into its own log; coverage is
+  # the main run's (it reaches the floor alone).
+  names=() pids=()
+  other_stack() {  # NAME REQUIREMENTS EXPECTED_TRANSFORMERS WORKERS TEST...
+    local name=$1 pins=$2 expected=$3 workers=$4
+    shift 4
     local target="$VENV/$name"
-    step "pytest on $name: $*"
     if [[ ! -f "$target/.installed" || "$pins" -nt "$target/.installed" ]]; then
       rm -rf "$target"
       "$PY" -m pip install --quiet --no-compile --no-deps --target "$target" -r "$pins" \
         && touch "$target/.installed" || { failed+=("pip install -r $pins"); return; }
     fi
     EXPECTED_TRANSFORMERS=$expected PYTHONPATH="$target" "$PY" -m pytest -p no:cacheprovider \
-      -n "$WORKERS" --cov=snippets --cov-report= --cov-fail-under=0 "${COV_APPEND[@]}" "$@" \
-      || failed+=("pytest on $name")
-    COV_APPEND=(--cov-append)  # the coverage floor counts every run
+      -p no:cov -n "$workers" -q -rfEs "$@" > "$target.log" 2>&1 &
+    names+=("$name") pids+=($!)
   }
+  step "pytest on other stacks: the Qwen3 patch tests on each transformers of requirements-transformers/, the kernel and patch tests on requirements-triton.txt"
   PATCH_TESTS=(tests/test_qwen3_*.py)
+  triton=$(grep -E '^triton==' requirements-triton.txt | cut -d= -f3 | cut -d' ' -f1)
+  other_stack "triton-$triton" requirements-triton.txt "" 2 \
+    tests/test_rmsnorm_*.py tests/test_triton_one_minute.py "${PATCH_TESTS[@]}"
   for pins in requirements-transformers/*.txt; do
     version=$(basename "$pins" .txt)
-    other_stack "transformers-$version" "$pins" "$version" "${PATCH_TESTS[@]}"
+    other_stack "transformers-$version" "$pins" "$version" 0 "${PATCH_TESTS[@]}"
   done
-  triton=$(grep -E '^triton==' requirements-triton.txt | cut -d= -f3 | cut -d' ' -f1)
-  other_stack "triton-$triton" requirements-triton.txt "" \
-    tests/test_rmsnorm_*.py tests/test_triton_one_minute.py "${PATCH_TESTS[@]}"
+  for i in "${!pids[@]}"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    step "pytest on ${names[$i]} (exit $status)"
+    tail -n 25 "$VENV/${names[$i]}.log"
+    [[ $status -eq 0 ]] || failed+=("pytest on ${names[$i]} (log: $VENV/${names[$i]}.log)")
+  done
 fi
 
 step "pytest (coverage of snippets/, docs code blocks, workflows, browser)"
@@ -141,7 +149,7 @@ status=0
 # Tests that share a costly fixture (the --quick experiment runs, the site build, a module's
 # fixtures) stay on one worker: tests/conftest.py's worker_group, through xdist's scheduler hook.
 if [[ $# -eq 0 ]]; then
-  COVERAGE=(--cov=snippets --cov-report=term-missing:skip-covered "${COV_APPEND[@]}")
+  COVERAGE=(--cov=snippets --cov-report=term-missing:skip-covered)
 else
   COVERAGE=(-p no:cov)  # a subset: the coverage floor is the whole suite's
 fi
