@@ -93,21 +93,27 @@ def test_split_eps_traces_when_torch_compile_makes_eps_symbolic():
             assert compiled(x, eps).tolist() == [eps, eps]
 
 
+def launch_plan(x, weight):
+    """The four launch configs a launch on rows like x's would take, and the forward's args."""
+    import rmsnorm_triton as rt
+
+    _, _, args = rt.forward_arguments(x, weight, 1e-6)
+    n_cols = args["n_cols"]
+    configs = [rt.forward_config(n_cols, x.device), rt.backward_config(n_cols, x.device),
+               rt.forward_config(n_cols, x.device, fused=True),
+               rt.backward_config(n_cols, x.device, fused=True)]
+    return configs, args
+
+
 @pytest.mark.parametrize("width", [300, 1000, 2560, 16383, 20480])
 def test_launch_configs_under_torch_compile_with_a_symbolic_width(width, device):
     """dynamic=True (or a second shape) makes the width symbolic. Config choice is Python on
     the width: it must see the number (operator.index specializes it), not a symbol (a
     SymBool in `tail in (None, tail_cols > 0)` picked a wrong rung at 300)."""
-    import rmsnorm_triton as rt
-
     def plan(x, weight):
-        _, _, args = rt.forward_arguments(x, weight, 1e-6)
-        n_cols = args["n_cols"]
-        configs = [rt.forward_config(n_cols, x.device), rt.backward_config(n_cols, x.device),
-                   rt.forward_config(n_cols, x.device, fused=True),
-                   rt.backward_config(n_cols, x.device, fused=True)]
+        configs, args = launch_plan(x, weight)
         fields = [v for c in configs for v in dataclasses.astuple(c)]
-        return torch.tensor(fields + [args["ALIGN"], n_cols])
+        return torch.tensor(fields + [args["ALIGN"], args["n_cols"]])
 
     torch._dynamo.reset()
     compiled = torch.compile(plan, fullgraph=True, backend="eager", dynamic=True)
@@ -240,11 +246,7 @@ def test_launch_configs_compile_without_a_warning(device):
     import rmsnorm_triton as rt
 
     def plan(x, weight):
-        _, _, args = rt.forward_arguments(x, weight, 1e-6)
-        n_cols = args["n_cols"]
-        configs = [rt.forward_config(n_cols, x.device), rt.backward_config(n_cols, x.device),
-                   rt.forward_config(n_cols, x.device, fused=True),
-                   rt.backward_config(n_cols, x.device, fused=True)]
+        configs, _ = launch_plan(x, weight)
         return x * (len(configs) + rt.sm_count(x.device))
 
     torch._dynamo.reset()
