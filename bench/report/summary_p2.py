@@ -246,6 +246,14 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
+def versions_note(envs: list[dict]) -> str:
+    """The 实验环境 box's last line: the comparisons hold for the torch the data name, and
+    where to read what changed after it."""
+    torch_versions = sorted({str(e["torch"]).split("+")[0] for e in envs if e.get("torch")})
+    return (f"各项对比只在 torch {'、'.join(torch_versions)} 上测过；之后的变化，如 torch 2.13 起 "
+            "`F.rms_norm` 在 Hopper 上可能改走 PyTorch 内置的 quack kernel，见"
+            "[测法页](triton-rmsnorm-methods.md#torch-与-triton-的版本)。")
+
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}
     try:  # the two-GPU FSDP2 run, from another machine: listed with the data files when committed
@@ -263,7 +271,7 @@ def render_summary(load) -> dict[str, str]:
     logs = tables.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
     out = {
         "p2_env.md": tables.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
-                                                                          else ())),
+                                                                          else ()), note=versions_note(envs)),
         "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),

@@ -23,10 +23,11 @@ def _gpu_text(env: dict) -> str:
     return env["gpu"] + (f"（{details}）" if details else "")
 
 
-def env_box(envs: list[dict], extra_keys=()) -> str:
+def env_box(envs: list[dict], extra_keys=(), note: str | None = None) -> str:
     """The article's one "实验环境" admonition, from the environment blocks of its data files.
 
     A version that differs between the files lists each distinct value; dates become a range.
+    ``note``: a last line under the versions (what they do not cover).
     """
     def item(key):
         return f"{ENV_LABELS.get(key, key)}：{_distinct(str(e[key]) if e.get(key) else None for e in envs)}"
@@ -35,8 +36,9 @@ def env_box(envs: list[dict], extra_keys=()) -> str:
     date = "—" if not dates else dates[0] if len(dates) == 1 else f"{dates[0]} 至 {dates[-1]}"
     hardware = [f"GPU：{_distinct(_gpu_text(e) for e in envs)}", item("driver"), item("cuda")]
     software = [item(key) for key in ("torch", "triton", "transformers", *extra_keys)] + [f"测量日期：{date}"]
-    # Two short lines: the hardware, then the software and the date.
-    return '!!! info "实验环境"\n\n' + "".join(f"    {' · '.join(line)}\n\n" for line in (hardware, software)).rstrip("\n") + "\n"
+    # Two short lines: the hardware, then the software and the date (then the note).
+    lines = [" · ".join(hardware), " · ".join(software)] + ([note] if note else [])
+    return '!!! info "实验环境"\n\n' + "".join(f"    {line}\n\n" for line in lines).rstrip("\n") + "\n"
 
 
 def provenance_table(records: dict[str, dict]) -> str:

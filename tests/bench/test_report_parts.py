@@ -169,3 +169,10 @@ def test_plots_take_each_contender_s_colour_from_names(report, name, monkeypatch
              for pair in table.items()]
     legend = {c for c, label in every if label in labels or f"最快的对手：{label}" in labels}
     assert legend <= drawn, f"{name}: {sorted(legend - drawn)} in the legend, not in their names.COLOURS colour"
+
+
+def test_env_box_note_is_its_last_line():
+    envs = [fixture(name)["environment"] for name in P1]
+    box = env_box(envs, note="只对这些版本成立。")
+    assert box.splitlines()[-2:] == ["", "    只对这些版本成立。"]
+    assert env_box(envs).count("\n\n") == box.count("\n\n") - 1

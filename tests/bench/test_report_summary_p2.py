@@ -166,3 +166,12 @@ def test_fused_add_keypoints_box(quick_fused_add):
     assert lines[4].startswith("    - 单算子 forward 按字节") and "单算子与最快的对手" in lines[6]
     assert "把残差加法也融合进 RMSNorm" in lines[7] and "比生产版" in lines[7]
     assert lines[7].startswith("    - 换进训练：")  # the fixture's step is not level: no "几乎无感"
+
+
+def test_the_env_box_says_which_torch_the_comparisons_hold_for():
+    """The 实验环境 box's last line names the torch of the data (without its local label) and
+    links to where the methods page says what changed after it."""
+    envs = [{"torch": "2.11.0+cu130"}, {"torch": "2.11.0+cu130"}, {"torch": "2.12.1"}, {}]
+    note = summary_p2.versions_note(envs)
+    assert note.startswith("各项对比只在 torch 2.11.0、2.12.1 上测过；")
+    assert "(triton-rmsnorm-methods.md#torch-与-triton-的版本)" in note
