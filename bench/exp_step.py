@@ -28,8 +28,12 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 Environment knobs: ``BENCH_STEP_CONTENDERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
 bounds the whole run: a contender that would start with less than 30 s left is recorded as skipped.
 
-Timing: CUDA events around each step, median over the timed steps after warm-up.
-Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
+Timing: CUDA events around each step. Every contender runs in ``rounds`` fresh processes, the contenders
+interleaved (round r starts at contender r of the list), ``timed_steps`` each after warm-up; the median is over all
+of a contender's timed steps, with a 95 % interval from a two-level bootstrap (processes, then steps:
+``bench/harness/stats.py``). Pages rank two contenders only when their intervals are disjoint.
+Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps (the largest of the rounds).
+GPU time per step: the kernels of the one profiled step (round 1), summed.
 
 RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
 
@@ -71,7 +75,7 @@ from torch.autograd import DeviceType
 from transformers import Qwen3ForCausalLM
 
 from bench import ROOT
-from bench.harness import mode, timers
+from bench.harness import mode, stats, timers
 from bench.harness.record import worker_args
 from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
@@ -93,7 +97,7 @@ CONTENDERS = {
 COMPILED = {"compile", "triton_compile"}
 BASELINE = "eager"  # every step is compared with HF as shipped
 OURS = "triton"
-TIE_RULE = "within_1pct"  # medians of the timed steps: level within 1 % (bench/report/names.py TIE_RULES)
+TIE_RULE = "ci95_disjoint"  # ranked only when the 95 % intervals are disjoint (bench/report/names.py TIE_RULES)
 CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240}  # others: 150 s
 NORM_KERNEL_NAME = re.compile(r"rms_?norm|dw_reduce", re.IGNORECASE)  # ours, Liger's; Inductor keeps user kernel names
 FUSED_RSQRT_NAME = re.compile(r"^triton_.*rsqrt")  # Inductor kernels holding a norm's forward, fused with neighbours
@@ -105,10 +109,10 @@ def step_config(quick: bool) -> dict:
     """Everything that defines the measurement; stored in the JSON as ``config``."""
     if quick:
         model = dict(size="tiny", num_hidden_layers=2, vocab_size=512)
-        return dict(model=model, batch=2, seq_len=32, dtype="bfloat16", warmup=1, timed_steps=3,
+        return dict(model=model, batch=2, seq_len=32, dtype="bfloat16", warmup=1, timed_steps=3, rounds=1,
                     profiled_steps=1, activation_checkpointing=False, quick=True)
     model = dict(size="8B", num_hidden_layers=8)
-    return dict(model=model, batch=4, seq_len=4096, dtype="bfloat16", warmup=2, timed_steps=8,
+    return dict(model=model, batch=4, seq_len=4096, dtype="bfloat16", warmup=2, timed_steps=10, rounds=3,
                 profiled_steps=1, activation_checkpointing=False, quick=False)
 
 
@@ -180,7 +184,7 @@ def _annotate_norms(model) -> None:
         module.forward = annotated
 
 
-def measure_contender(contender: str, cfg: dict, device: str, log=print) -> dict:
+def measure_contender(contender: str, cfg: dict, device: str, log=print, profiled: bool = True) -> dict:
     on_gpu = device == "cuda"
     if contender in COMPILED and not on_gpu:
         raise ContenderSkipped("torch.compile cannot trace Triton kernels under TRITON_INTERPRET; GPU only")
@@ -237,15 +241,16 @@ def measure_contender(contender: str, cfg: dict, device: str, log=print) -> dict
     median_ms = statistics.median(step_ms)
     log(f"{cfg['timed_steps']} timed steps: median {median_ms:.1f} ms, peak {peak_gib} GiB")
 
-    # One more step under the profiler, for the RMSNorm share.
-    profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=contender not in COMPILED,
-                              on_gpu=on_gpu)
-    profile["method"] = ("module ranges + autograd sequence numbers" if contender not in COMPILED
-                         else "kernel names" if contender == "triton_compile" else "not separable")
-    if contender == "compile":
-        profile["rmsnorm_ms"] = None  # Inductor fused HF's norm into its neighbours
-    rms = profile["rmsnorm_ms"]
-    log(f"RMSNorm per step: {rms} ms of {profile['device_ms']:.1f} ms device time")
+    # One more step under the profiler (round 1 only), for the RMSNorm share and the GPU time per step.
+    profile = None
+    if profiled:
+        profile = profile_rmsnorm(model, batches, cfg["profiled_steps"], annotate=contender not in COMPILED,
+                                  on_gpu=on_gpu)
+        profile["method"] = ("module ranges + autograd sequence numbers" if contender not in COMPILED
+                             else "kernel names" if contender == "triton_compile" else "not separable")
+        if contender == "compile":
+            profile["rmsnorm_ms"] = None  # Inductor fused HF's norm into its neighbours
+        log(f"RMSNorm per step: {profile['rmsnorm_ms']} ms of {profile['device_ms']:.1f} ms device time")
 
     result = dict(info)
     result.update(
@@ -368,7 +373,7 @@ def attribute_rmsnorm(events, on_gpu: bool) -> dict:
     return result
 
 
-def run_child(contender: str, args, out: pathlib.Path) -> None:
+def run_child(contender: str, args, out: pathlib.Path, profiled: bool = True) -> None:
     _, _, cfg, device, _ = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False))
 
     def log(message):
@@ -376,7 +381,7 @@ def run_child(contender: str, args, out: pathlib.Path) -> None:
 
     record = {"contender": contender, "label": CONTENDERS[contender]}
     try:
-        record.update(measure_contender(contender, cfg, device, log=log), status="ok")
+        record.update(measure_contender(contender, cfg, device, log=log, profiled=profiled), status="ok")
     except ContenderSkipped as reason:
         record.update(status="skipped", reason=str(reason))
         log(f"skipped: {reason}")
@@ -399,49 +404,95 @@ def selected_contenders() -> list[str]:
     return contenders
 
 
+def round_order(contenders: list[str], round_index: int) -> list[str]:
+    """Round r starts at contender r: no contender always runs first (cold machine) or last."""
+    shift = round_index % len(contenders)
+    return contenders[shift:] + contenders[:shift]
+
+
+def aggregate(contender: str, records: list[dict], cfg: dict) -> dict:
+    """One contender's rounds -> its record: pooled median of all timed steps and its 95 % interval."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    if not ok:
+        failed = records[0] if records else {"status": "skipped", "reason": "never run"}
+        return failed | {"rounds": records}
+    groups = [r["step_ms"] for r in ok]
+    median_ms = stats.pooled_median(groups)
+    lo, hi = stats.median_ci(groups)
+    first = next((r for r in ok if r.get("profile")), ok[0])
+    result = {k: v for k, v in first.items() if k not in ("step_ms", "median_ms", "min_ms", "max_ms", "wall_s")}
+    result.update(
+        status="ok", step_ms=[v for g in groups for v in g], median_ms=median_ms, ci95_ms=[lo, hi],
+        min_ms=min(min(g) for g in groups), max_ms=max(max(g) for g in groups),
+        round_medians_ms=[statistics.median(g) for g in groups], processes=len(ok),
+        peak_gib=max((r["peak_gib"] for r in ok if r.get("peak_gib") is not None), default=None),
+        tokens_per_s=cfg["batch"] * cfg["seq_len"] / (median_ms / 1e3),
+        rounds=[{k: r.get(k) for k in ("status", "reason", "wall_s", "first_step_s", "median_ms")} for r in records])
+    return result
+
+
+def resolution(results: dict) -> float | None:
+    """The smallest step difference this run can resolve, as a fraction of a step: the widest contender's
+    interval (upper - lower) over its median. Two medians closer than that can have overlapping intervals."""
+    widths = [(r["ci95_ms"][1] - r["ci95_ms"][0]) / r["median_ms"] for r in results.values()
+              if r.get("status") == "ok" and r.get("ci95_ms")]
+    return max(widths) if widths else None
+
+
+def _run_one(contender: str, args, tmp: pathlib.Path, round_index: int, timeout: float) -> dict:
+    out = tmp / f"{contender}-{round_index}.json"
+    command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
+    if args.quick:
+        command.append("--quick")
+    if round_index > 0:
+        command.append("--no-profile")
+    start = time.perf_counter()
+    try:
+        subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
+        record = json.loads(out.read_text(encoding="utf-8"))
+    except subprocess.TimeoutExpired:
+        record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
+                  "reason": f"timed out after {timeout:.0f} s"}
+    except (OSError, ValueError) as error:  # the child died before writing its record
+        record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
+                  "reason": f"child process wrote no result: {error!r}"}
+    record["wall_s"] = round(time.perf_counter() - start, 1)
+    return record
+
+
 def run(args) -> dict:
     cfg = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
     contenders = selected_contenders()
-    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 480))  # all contenders; a device job gets 600 s
+    budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 540))  # all rounds; a device job gets 600 s
     began = time.perf_counter()
-    results = {}
+    records = {c: [] for c in contenders}
     with tempfile.TemporaryDirectory() as tmp:
-        for index, contender in enumerate(contenders, 1):
-            out = pathlib.Path(tmp) / f"{contender}.json"
-            command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
-            if args.quick:
-                command.append("--quick")
-            left = budget_s - (time.perf_counter() - began)
-            if left < 30:
-                results[contender] = {"contender": contender, "label": CONTENDERS[contender], "status": "skipped",
-                                 "reason": f"time budget of {budget_s:.0f} s used up"}
-                print(f" step contender {index}/{len(contenders)}: {contender} skipped (time budget)", flush=True)
-                continue
-            print(f" step contender {index}/{len(contenders)}: {contender} ({left:.0f} s of budget left)", flush=True)
-            start = time.perf_counter()
-            timeout = min(CHILD_TIMEOUT_S.get(contender, 150), left)
-            try:
-                subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
-                record = json.loads(out.read_text(encoding="utf-8"))
-            except subprocess.TimeoutExpired:
-                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                          "reason": f"timed out after {timeout:.0f} s"}
-            except (OSError, ValueError) as error:  # the child died before writing its record
-                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                          "reason": f"child process wrote no result: {error!r}"}
-            record["wall_s"] = round(time.perf_counter() - start, 1)
-            results[contender] = record
+        for round_index in range(cfg["rounds"]):
+            for index, contender in enumerate(round_order(contenders, round_index), 1):
+                left = budget_s - (time.perf_counter() - began)
+                where = f"round {round_index + 1}/{cfg['rounds']}, contender {index}/{len(contenders)}: {contender}"
+                if left < 30:
+                    records[contender].append({"contender": contender, "label": CONTENDERS[contender],
+                                               "status": "skipped", "reason": f"time budget of {budget_s:.0f} s used up"})
+                    print(f" step {where} skipped (time budget)", flush=True)
+                    continue
+                print(f" step {where} ({left:.0f} s of budget left)", flush=True)
+                timeout = min(CHILD_TIMEOUT_S.get(contender, 150), left)
+                records[contender].append(_run_one(contender, args, pathlib.Path(tmp), round_index, timeout))
+    results = {c: aggregate(c, records[c], cfg) for c in contenders}
     model = build_config(cfg["model"])
     cfg["geometry"] = {k: getattr(model, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
     cfg.update(step=STEP_DEFINITION, attention="sdpa", contenders=contenders, baseline=BASELINE, ours=OURS,
-               tie_rule=TIE_RULE,
-               budget_s=budget_s,
+               tie_rule=TIE_RULE, budget_s=budget_s, resolution=resolution(results),
+               interval=f"{stats.CONFIDENCE:.0%} two-level bootstrap of the pooled median ({stats.RESAMPLES} "
+                        "resamples: processes, then steps within each)",
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
-               timing="CUDA events per step, median of the timed steps after warm-up",
-               rmsnorm_share=("profiler: module record_function ranges (forward) + autograd sequence "
-                              "numbers (backward); compiled contenders: kernel names"))
+               timing=("CUDA events per step; every contender in `rounds` fresh processes, interleaved; median of "
+                       "all timed steps after warm-up"),
+               rmsnorm_share=("profiler, one step of round 1: module record_function ranges (forward) + autograd "
+                              "sequence numbers (backward); compiled contenders: kernel names"))
     return {"config": cfg, "results": results}
 
 
@@ -452,6 +503,7 @@ def worker(argv) -> int:
     parser.add_argument("--contender", required=True, choices=list(CONTENDERS))
     parser.add_argument("--out", required=True, type=pathlib.Path, help="where to write the contender's record")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiled step (rounds after the first)")
     args = parser.parse_args(argv)
-    run_child(args.contender, args, args.out)
+    run_child(args.contender, args, args.out, profiled=not args.no_profile)
     return 0

@@ -104,6 +104,9 @@ TIE_RULES = {
     "within_1pct": TieRule(0.01, "medians of 25 CUDA-graph replays (op level) or of the timed steps: the 20-80 % "
                                  "spread of such a median is about 0.5 %"),
     "within_2pct": TieRule(0.02, "the width sweep's medians of 15 replays, its budget spent on 43 widths' compiles"),
+    # Step times from several processes: level unless the 95 % intervals of the medians are disjoint
+    # (bench/harness/stats.py); ``within`` is unused by the reports that read intervals.
+    "ci95_disjoint": TieRule(0.0, "step times of several processes: level unless their 95 % intervals are disjoint"),
 }
 
 

@@ -98,4 +98,27 @@ def test_quick_run_measures_each_contender_in_its_own_process(quick_step):
         assert record["status"] == "ok", record
         assert record["contender"] == contender and record["label"] == exp_step.CONTENDERS[contender]
         assert record["norm_count"] == 4 * cfg["model"]["num_hidden_layers"] + 1
-        assert len(record["step_ms"]) == cfg["timed_steps"] and record["profile"]["rmsnorm_ms"] > 0
+        assert len(record["step_ms"]) == cfg["rounds"] * cfg["timed_steps"] and record["profile"]["rmsnorm_ms"] > 0
+        assert record["processes"] == cfg["rounds"] == len(record["rounds"])
+        lo, hi = record["ci95_ms"]
+        assert lo <= record["median_ms"] <= hi
+    assert cfg["resolution"] is not None and cfg["resolution"] >= 0
+
+
+def test_rounds_interleave_and_aggregate():
+    names = ["a", "b", "c"]
+    assert [exp_step.round_order(names, r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    cfg = {"batch": 2, "seq_len": 4}
+    rounds = [{"status": "ok", "step_ms": [10.0, 11.0, 12.0], "peak_gib": 1.0, "profile": {"device_ms": 9.0},
+               "loss": 1.0},
+              {"status": "error", "reason": "boom"},
+              {"status": "ok", "step_ms": [20.0, 21.0, 22.0], "peak_gib": 2.0, "profile": None}]
+    record = exp_step.aggregate("a", rounds, cfg)
+    assert record["status"] == "ok" and record["processes"] == 2 and len(record["rounds"]) == 3
+    assert record["median_ms"] == 16.0 and record["peak_gib"] == 2.0 and record["profile"] == {"device_ms": 9.0}
+    assert record["ci95_ms"][0] <= 16.0 <= record["ci95_ms"][1]
+    assert record["round_medians_ms"] == [11.0, 21.0]
+    assert exp_step.aggregate("a", [{"status": "error", "reason": "boom"}], cfg)["status"] == "error"
+    assert exp_step.resolution({"a": record, "b": {"status": "error"}}) == pytest.approx(
+        (record["ci95_ms"][1] - record["ci95_ms"][0]) / 16.0)
