@@ -84,3 +84,19 @@ def data_dir_with_the_small_trace(tmp_path, monkeypatch):
         (folder / SMALL_TRACE.name).write_bytes(SMALL_TRACE.read_bytes())
     monkeypatch.setattr(store, "DATA_DIR", tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def quick_fullsize(tmp_path_factory):
+    """The fused add only: it runs the most of our code (both patches' kernels) under checkpointing + AdamW."""
+    if not CAN_SPAWN:
+        pytest.skip("this platform cannot start processes")
+    previous = os.environ.get("BENCH_FULLSIZE_CONTENDERS")
+    os.environ["BENCH_FULLSIZE_CONTENDERS"] = "triton_fused_add,liger"
+    try:
+        return quick_run("fullsize", tmp_path_factory.mktemp("quick_fullsize"))
+    finally:
+        if previous is None:
+            del os.environ["BENCH_FULLSIZE_CONTENDERS"]
+        else:
+            os.environ["BENCH_FULLSIZE_CONTENDERS"] = previous
