@@ -19,7 +19,7 @@ def test_quick_run(tmp_path):
 
     payload = exp_host.run(argparse.Namespace(quick=True, out=tmp_path))
     (entry,) = payload["results"]["shapes"]
-    assert entry["label"] == "k_norm" and set(entry["fwd_bwd"]) == {"hf", "torch_rms_norm", "triton"}
+    assert entry["label"] == "k_norm" and {"hf", "torch_rms_norm", "triton"} <= set(entry["fwd_bwd"])
     for timing in [*entry["fwd_bwd"].values(), *entry["ours"].values()]:
         assert 0 < timing["host_us"] <= timing["wall_us"]
     assert set(entry["ours"]) == {"forward", "backward_direct", "forward_arguments", "one_launch", "autograd_mul"}
