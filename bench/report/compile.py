@@ -102,17 +102,7 @@ def _host_bound_words(data) -> str:
     """Why the host-inclusive ratio says little: per (case, mode, phase) with both timers, the host-inclusive
     median ÷ the GPU-time median (above 1: the host's work outlasts the device's), and the widest host-inclusive
     p20–p80 range as a share of its median, next to the GPU time's widest."""
-    over, spread = [], {"host": [], "gpu": []}
-    for case in data["results"]["cases"]:
-        for mode in data["config"]["modes"]:
-            for phase in data["config"]["phases"]:
-                times = case.get(mode, {}).get(phase, {})
-                if times.get("host") and (times.get("gpu") or {}).get("median_us"):
-                    over.append(times["host"]["median_us"] / times["gpu"]["median_us"])
-                for timer in spread:
-                    t = times.get(timer) or {}
-                    if {"p20_us", "p80_us"} <= set(t) and t.get("median_us"):
-                        spread[timer].append((t["p80_us"] - t["p20_us"]) / t["median_us"])
+    over, spread = _host_spread(data)
     if not over:
         return ""
     text = f"含主机开销的用时是同组 GPU 时间的 {prose.times_span(over, 2)} 倍"
@@ -167,13 +157,62 @@ def _table(data) -> str:
     return prose.page(table, caption(data), takeaway(data))
 
 
+def _gpu_verdict(data) -> str:
+    """What compiling does to the kernels' GPU time, as a conclusion against the run's tie rule: nothing
+    (every group within the tie), or which way it moves them."""
+    rows = ratios(data, "gpu")
+    if not rows:
+        return ""
+    within = tie(data["config"])
+    slower = [r for r in rows if r["ratio"] > 1 + within]
+    faster = [r for r in rows if r["ratio"] < 1 - within]
+    if not slower and not faster:
+        return "编译不改变这两个模块的 GPU 时间"
+    if slower and faster:
+        return "编译让这两个模块的 GPU 时间有快有慢"
+    return f"编译让这两个模块有 {len(slower or faster)} 组的 GPU 时间变{'慢' if slower else '快'}"
+
+
+def _host_spread(data) -> tuple[list[float], dict]:
+    """Per (case, mode, phase) with both timers: the host-inclusive median ÷ the GPU-time median, and per
+    timer the p20–p80 ranges as shares of their medians."""
+    over, spread = [], {"host": [], "gpu": []}
+    for case in data["results"]["cases"]:
+        for mode in data["config"]["modes"]:
+            for phase in data["config"]["phases"]:
+                times = case.get(mode, {}).get(phase, {})
+                if times.get("host") and (times.get("gpu") or {}).get("median_us"):
+                    over.append(times["host"]["median_us"] / times["gpu"]["median_us"])
+                for timer in spread:
+                    t = times.get(timer) or {}
+                    if {"p20_us", "p80_us"} <= set(t) and t.get("median_us"):
+                        spread[timer].append((t["p80_us"] - t["p20_us"]) / t["median_us"])
+    return over, spread
+
+
 def sentence(data) -> str:
-    """The article's sentence: graph breaks, whether compiled is within the tie of eager in GPU time,
-    the host-inclusive ratio and how far the host-inclusive time is from the GPU time."""
+    """The article's two sentences, each a conclusion with the numbers behind it: what compiling does to
+    our modules (graph breaks; GPU time against eager, within the run's tie rule or not), then why timing one
+    module with the host's work included cannot tell (its ratios swing both ways, it sits above the GPU time
+    and spreads far wider)."""
     cases = prose.join(case_label(c) for c in data["results"]["cases"])
-    parts = [p for p in (_breaks_words(data), _gpu_words(data), _host_words(data), _host_bound_words(data),
-                         _missing(data)) if p]
-    return f"用 torch.compile(fullgraph=True) 编译我们的两个模块，在 {cases} 上：" + "；".join(parts) + "。\n"
+    verdict = _gpu_verdict(data)
+    facts = [p for p in (_breaks_words(data), _gpu_words(data), _missing(data)) if p]
+    first = (f"{verdict}：用 torch.compile(fullgraph=True) 编译它们（{cases}）" if verdict
+             else f"用 torch.compile(fullgraph=True) 编译我们的两个模块（{cases}）") + "，" + "，".join(facts) + "。"
+    host = ratios(data, "host")
+    over, spread = _host_spread(data)
+    if not host or not over:
+        return first + "\n"
+    swing = "有的高于 1、有的低于 1" if min(r["ratio"] for r in host) < 1 < max(r["ratio"] for r in host) else ""
+    text = "单独计时一个模块、把主机开销算进去，看不出编译的快慢：compiled ÷ eager 的比值" + (
+        f"{swing}（{_host_words(data).removeprefix('含主机开销（do_bench 计时的 eager 调用）的比值为 ')}）"
+        if swing else f"为 {_host_words(data).removeprefix('含主机开销（do_bench 计时的 eager 调用）的比值为 ')}")
+    text += f"，含主机开销的用时是同组 GPU 时间的 {prose.times_span(over, 2)} 倍"
+    if spread["host"] and spread["gpu"]:
+        text += (f"，p20–p80 区间宽到中位数的 {prose.pct(max(spread['host']))}"
+                 f"（GPU 时间不超过 {prose.pct(max(spread['gpu']))}）")
+    return first + text + "。\n"
 
 
 def render(data: dict) -> dict[str, str]:

@@ -145,6 +145,34 @@ def step_sentence(data: dict) -> str:
             + "；".join(parts) + "，所以这里的 step 时间说明不了 kernel 的快慢")
 
 
+def fused_add_sentence(data: dict) -> str:
+    """The fused add page's one sentence on FSDP2: the fused patch's step time against HF's in each precision
+    setting, as measured, and why a model this small says nothing about kernel speed: each GPU's matrix work
+    (6 x parameters x that GPU's tokens) spread over the fastest step is a few TFLOP/s, so the GPU's work does
+    not fill the step, which the host's cost per call (Python, launches) most likely sets. Empty when HF or
+    the fused patch did not run in any precision setting."""
+    data = current(data)
+    cfg, results = config(data), data["results"]
+    fused = "triton_fused_add"
+    both = [v for v in cfg["variants"] if fused in results[v]
+            and results[v][fused]["status"] == "ok" and results[v]["hf"]["status"] == "ok"]
+    if not both:
+        return ""
+    m, gpu = cfg["geometry"], (data["environment"].get("gpu") or "").replace("NVIDIA ", "")
+    step = {v: {a: max(results[v][a]["median_step_ms"]) for a in ("hf", fused)} for v in both}
+    tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
+    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in both) * cfg["world_size"]
+    tflop = 6 * params * tokens_per_gpu / 1e12
+    rate = tflop / (min(ms for v in both for ms in step[v].values()) / 1e3)  # at the fastest step: the most
+    where = f"{cfg['world_size']} 张 {gpu} 上" if gpu else f"{cfg['world_size']} 个 CPU 进程上"
+    times = "，".join(f"{prose.glue(precision_zh(v), '下')}融合版一步 {tables.fmt(step[v][fused], 3)} ms、"
+                     f"HF 原版 {tables.fmt(step[v]['hf'], 3)} ms" for v in both)
+    return (f"小模型上的 step 时间则看不出 kernel 的快慢：{where}用 FSDP2 训练 {m['num_hidden_layers']} 层、"
+            f"hidden {m['hidden_size']} 的 Qwen3，{times}；每卡每步约 {tflop:.2g} TFLOP 的矩阵运算摊到一步里"
+            f"不过 {rate:.2g} TFLOP/s，GPU 上的活填不满一步，step 时间多半由主机一侧每次调用的开销（Python、kernel 启动）决定"
+            "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n")
+
+
 def _caption(data: dict) -> str:
     data = current(data)
     cfg, results = config(data), data["results"]
@@ -182,6 +210,7 @@ def render(data: dict) -> dict[str, str]:
     curves = {v: {a: results[v][a]["losses"] for a in _ok(data, v)} for v in cfg["variants"]}
     return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
             "fsdp2_sentence.md": article_sentence(data),
+            "fsdp2_fused_add.md": fused_add_sentence(data),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
 
 

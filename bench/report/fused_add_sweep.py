@@ -197,6 +197,33 @@ def article_sentence(data) -> str:
     return text + "。\n"
 
 
+def chunked_sentence(data) -> str:
+    """The article's words on the chunked path, counted from the launch configs the run recorded: from the
+    first width where the fused kernels' tables choose it, how many of the widths measured from there on
+    take it forward and how many backward (named when fewer), and what chunking costs in bytes."""
+    shapes = [s for s in data["results"]["shapes"] if s.get("ours_configs")]
+    directions = ("forward", "backward")
+
+    def chunked(s, direction):
+        return bool(s["ours_configs"].get(direction, {}).get("chunked"))
+
+    first = min((s["width"] for s in shapes if any(chunked(s, d) for d in directions)), default=None)
+    if first is None:
+        return "这次测过的行宽里，融合版的查表都没有选分块路径。\n"
+    wide = [s for s in shapes if s["width"] >= first]
+    counts = {d: [s["width"] for s in wide if chunked(s, d)] for d in directions}
+    parts = []
+    for d in directions:
+        widths, few = counts[d], len(counts[d]) <= len(wide) // 2
+        if len(widths) == len(wide):
+            parts.append(f"{d} 全部走")
+        else:
+            named = f"（{_widths(widths)}）" if widths and few else ""
+            parts.append(f"{d} {'只有' if few else '有'} {len(widths)} 个{named}")
+    return (f"更宽的行走分块路径，融合版的查表从 H={first} 起才选它：测过的 H={first} 及以上 {len(wide)} 个行宽中，"
+            + "，".join(parts) + "走分块路径。分块时 forward 要再读一遍 s，backward 要多读一遍 dy 和 s，能省的比例随之变小。\n")
+
+
 def reason_text(cfg, keys, phase=PHASE) -> str:
     """'forward、backward 走分块路径；行没有 16 字节加载' for the reason ids ``keys``."""
     chunked = [REASONS[k] for k in keys if k.startswith("chunked_")]
@@ -281,4 +308,5 @@ def _plot(data) -> str:
 
 def render(data: dict) -> dict[str, str]:
     return {"fused_add_sweep.md": _table(data), "fused_add_sweep_article.md": article_sentence(data),
-            "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_sweep.svg": _plot(data)}
+            "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_chunked.md": chunked_sentence(data),
+            "fused_add_sweep.svg": _plot(data)}

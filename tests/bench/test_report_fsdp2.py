@@ -13,7 +13,7 @@ from bench.report import plots
 def test_render_from_the_quick_run(quick_fsdp2):
     rendered = report_fsdp2.render(quick_fsdp2)
     assert rendered == report_fsdp2.render(json.loads(json.dumps(quick_fsdp2))), "deterministic"
-    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md"}
+    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md", "fsdp2_fused_add.md"}
     sentence = rendered["fsdp2_sentence.md"]
     assert sentence.count("。") == 2 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
     assert "TFLOP" in sentence and "所以这里的 step 时间说明不了 kernel 的快慢" in sentence  # the small-model caveat
@@ -80,3 +80,25 @@ def test_step_sentence_counts_each_gpus_work_once_and_says_which_way():
     assert "bf16 权重下补丁不比 HF 慢" in report_fsdp2.step_sentence(data)
     results["bf16"][first]["median_step_ms"] = [hf * 1.01] * 2
     assert "bf16 权重下补丁与 HF 持平（相差不到 2%）" in report_fsdp2.step_sentence(data)
+
+
+def test_the_fused_add_pages_sentence_states_the_step_times_as_measured():
+    """One sentence: the fused patch's and HF's step per precision setting, from the file (the larger of the two
+    GPUs' medians), and each GPU's matrix work over the fastest step; no sentence without HF or the patch."""
+    data = store.load("fsdp2")
+    sentence = report_fsdp2.fused_add_sentence(data)
+    assert sentence.count("。") == 1 and sentence.endswith("。\n")
+    amp, bf16 = (data["results"][v] for v in ("amp", "bf16"))
+    for variant, words in ((amp, "fp32 权重 + bf16 autocast 下"), (bf16, "bf16 权重下")):
+        fused, hf = (max(variant[a]["median_step_ms"]) for a in ("fused", "hf"))
+        assert f"{words}融合版一步 {fused:.1f} ms、HF 原版 {hf:.1f} ms" in sentence
+    cfg = data["config"]
+    tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
+    tflop = 6 * amp["hf"]["parameters_per_rank"][0] * cfg["world_size"] * tokens_per_gpu / 1e12
+    fastest = min(max(data["results"][v][a]["median_step_ms"]) for v in ("amp", "bf16") for a in ("fused", "hf"))
+    assert f"约 {tflop:.2g} TFLOP 的矩阵运算摊到一步里不过 {tflop / fastest * 1e3:.2g} TFLOP/s" in sentence
+    assert "主机一侧每次调用的开销" in sentence and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    broken = json.loads(json.dumps(data))
+    for variant in cfg["variants"]:
+        broken["results"][variant]["fused"]["status"] = "error"
+    assert report_fsdp2.fused_add_sentence(broken) == ""

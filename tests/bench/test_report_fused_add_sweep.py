@@ -22,13 +22,13 @@ SITE_PLOT_PX = 688  # the width the site shows a plot at (the content column)
 def test_renders_from_the_quick_run(quick_fused_add_sweep):
     rendered = report.render(quick_fused_add_sweep)
     assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_article.md", "fused_add_sweep_misses.md",
-                             "fused_add_sweep.svg"}
+                             "fused_add_chunked.md", "fused_add_sweep.svg"}
     check_artifacts(rendered)
     assert rendered == report.render(json.loads(json.dumps(quick_fused_add_sweep)))  # deterministic
     assert takeaway(rendered["fused_add_sweep.md"]).startswith("forward + backward（dy 与 ds 都回传）：融合版在 ")
     widths = len(quick_fused_add_sweep["results"]["shapes"])
     assert rendered["fused_add_sweep.md"].count("\n| H=") == widths  # one row per width
-    for name in ("fused_add_sweep_article.md", "fused_add_sweep_misses.md"):
+    for name in ("fused_add_sweep_article.md", "fused_add_sweep_misses.md", "fused_add_chunked.md"):
         assert rendered[name].count("。") == rendered[name].count("。\n") >= 1 and rendered[name].endswith("。\n")
     assert f"的 {widths} 个宽度上" in rendered["fused_add_sweep_article.md"]
 
@@ -115,6 +115,21 @@ def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths)
     assert "融合版在 5 个宽度中的 4 个上不慢于不融合，在 5 个宽度中的 3 个上与最快的对手持平或更快" in text
     assert "宽度 ≥ 1024 的 4 个宽度中 1 个达到拷贝上限的 85%" in text
     assert "| H=1024 | " in rendered["fused_add_sweep.md"] and "| 80% | 1.20× | Liger | 1.10× |" in rendered["fused_add_sweep.md"]
+
+
+def test_the_chunked_path_is_counted_per_direction_from_the_configs(five_widths):
+    """From the first width where either direction chunks: each direction's count, the widths named where
+    fewer than half of them chunk; a direction that chunks at every such width says so."""
+    data = copy.deepcopy(five_widths)
+    base = data["results"]["shapes"][0]
+    data["results"]["shapes"] += [_shape(base, 32768, 100.0, 1.1, 1.0, chunked=("forward",)),
+                                  _shape(base, 65536, 100.0, 1.1, 1.0, chunked=("forward",))]
+    sentence = report.render(data)["fused_add_chunked.md"]
+    assert sentence.startswith("更宽的行走分块路径，融合版的查表从 H=16383 起才选它：测过的 H=16383 及以上 4 个行宽中，"
+                               "forward 全部走，backward 只有 2 个（H=16383、H=24576）走分块路径。")
+    for s in data["results"]["shapes"]:
+        s["ours_configs"]["forward"]["chunked"] = s["ours_configs"]["backward"]["chunked"] = False
+    assert report.render(data)["fused_add_chunked.md"] == "这次测过的行宽里，融合版的查表都没有选分块路径。\n"
 
 
 def test_the_lowest_ratio_is_named_even_when_ours_leads_everywhere(five_widths):
