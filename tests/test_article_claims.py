@@ -59,9 +59,10 @@ def _cuda_kernels(fn) -> list[str]:
 
 
 @pytest.mark.gpu
-def test_torch_rms_norm_is_one_kernel_forward_and_a_few_backward():  # pragma: gpu only
-    """On CUDA, F.rms_norm is one fused kernel forward and at most three dedicated kernels backward
-    (dx, and dW's reduction), not a chain of element-wise ops."""
+def test_torch_rms_norm_is_one_kernel_forward_and_two_backward():  # pragma: gpu only
+    """On CUDA, F.rms_norm is one fused kernel forward and two kernels backward, one for dX and one for dW
+    (torch 2.11 on the H200: layer_norm_grad_input_kernel_vectorized and GammaBetaBackwardCUDAKernelTemplate),
+    not a chain of element-wise ops."""
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = torch.ones(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
@@ -72,7 +73,9 @@ def test_torch_rms_norm_is_one_kernel_forward_and_a_few_backward():  # pragma: g
     backward = _cuda_kernels(lambda: torch.autograd.grad(y, (x, weight), dy))
     print("F.rms_norm kernels, forward:", forward, "backward:", backward)
     assert len(forward) == 1, forward
-    assert 1 <= len(backward) <= 3, backward
+    assert len(backward) == 2, backward
+    assert sum("grad_input" in name for name in backward) == 1, backward  # dX
+    assert sum("GammaBeta" in name for name in backward) == 1, backward  # dW
     assert not any("elementwise" in name for name in forward + backward), forward + backward
 
 
@@ -134,6 +137,21 @@ def test_liger_default_in_place_writes_dx_into_dy():  # pragma: gpu only
     norm(x).backward(dy)
     assert not torch.equal(dy, before)  # dy now holds dX
     torch.testing.assert_close(dy, x.grad)
+
+
+def test_liger_085_has_45_model_patches():
+    """篇2 §2.2: Liger-Kernel 0.8.5 ships 45 ``apply_liger_kernel_to_*`` model patches, Qwen3's among them."""
+    import importlib.metadata
+    import inspect
+
+    monkey_patch = pytest.importorskip("liger_kernel.transformers.monkey_patch")
+    if importlib.metadata.version("liger-kernel") != "0.8.5":
+        pytest.skip("the count is of 0.8.5")
+    patches = sorted(name for name, value in vars(monkey_patch).items()
+                     if name.startswith("apply_liger_kernel_to_") and inspect.isfunction(value)
+                     and value.__module__ == monkey_patch.__name__)
+    assert len(patches) == 45, patches
+    assert {"apply_liger_kernel_to_qwen3", "apply_liger_kernel_to_llama"} <= set(patches)
 
 
 def _scale_kernel():
@@ -228,15 +246,30 @@ def test_a_backward_without_double_backward_drops_its_term_silently():
         torch.autograd.grad(alone, x)
 
 
-def test_one_program_per_sm_is_the_slowest_backward_at_every_width():
-    """篇2 §7.1 (its ledger row): in the committed sweep, at every width the best backward with one
-    resident program per SM is slower than the best with 2 or 4, and the fastest count is 2 or 4 (at 128
-    columns 4 and 8 tie with it within 1 %)."""
+def _best_backward_per_programs(shape) -> dict[int, float]:
+    best = {}
+    for config in shape["bwd"]:
+        best[config["programs_per_sm"]] = min(best.get(config["programs_per_sm"], float("inf")), config["us"])
+    return best
+
+
+def test_programs_per_sm_in_the_backward_sweep():
+    """篇2 §7.1 (its ledger row), from the committed sweep's raw times: at every width the best backward with
+    one resident program per SM is slower than the best with 2 and the best with 4, but it is not the slowest
+    everywhere (at H=4096, 8 per SM is slower still); the fastest count is 2 or 4, except at 128 columns,
+    where 2, 4 and 8 are level within 1 % and the shipped config takes 8."""
     from bench import store
 
-    for shape in store.load("tuning")["results"]:
-        best = {}
-        for config in shape["bwd"]:
-            best[config["programs_per_sm"]] = min(best.get(config["programs_per_sm"], float("inf")), config["us"])
-        assert best[1] > max(best[2], best[4]), (shape["width"], best)
-        assert min(best, key=best.get) in (2, 4, 8) and min(best[2], best[4]) <= 1.01 * min(best.values()), (shape["width"], best)
+    shapes = store.load("tuning")["results"]
+    for shape in shapes:
+        best = _best_backward_per_programs(shape)
+        assert best[1] > best[2] and best[1] > best[4], (shape["width"], best)
+        level = {c for c in best if best[c] <= 1.01 * min(best.values())}
+        if shape["width"] == 128:
+            assert level == {2, 4, 8} and shape["heuristic_bwd"]["programs_per_sm"] == 8, (level, shape["heuristic_bwd"])
+        else:
+            assert level in ({2}, {4}), (shape["width"], best)
+    h4096 = _best_backward_per_programs(next(s for s in shapes if s["width"] == 4096))
+    assert h4096[8] > h4096[1], h4096  # "但不总是最慢"
+    # the page's former words, "只放一个常驻 program 在每个行宽上都最慢", do not hold:
+    assert not all(max(b, key=b.get) == 1 for b in map(_best_backward_per_programs, shapes))

@@ -96,7 +96,23 @@ def test_inductor_compiles_hf_rmsnorm_without_graph_breaks():  # pragma: gpu onl
     compiled = torch.compile(norm, fullgraph=True)
     x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(compiled(x), norm(x), rtol=1.6e-2, atol=1e-2)
-    assert survey_imports.qwen3_with_inductor(norm) is not norm
+
+
+@pytest.mark.gpu
+def test_regional_compile_of_a_qwen3_matches_eager():  # pragma: gpu only
+    """The §2.6 tab compiles each decoder layer and the final norm; the model computes what eager does."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM
+
+    from qwen3_configs import tiny_qwen3_config
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(tiny_qwen3_config()).cuda()
+    input_ids = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda")
+    with torch.no_grad():
+        eager = model(input_ids=input_ids).logits
+        survey_imports.qwen3_with_inductor(model)
+        compiled = model(input_ids=input_ids).logits
+    torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-3)
 
 
 # ---- call shapes of the libraries this machine cannot install (stub modules, no real kernels) ----
@@ -153,10 +169,18 @@ def test_apex_call_shape(monkeypatch):
     assert survey_imports.apex_rms_norm(4096) == ("FusedRMSNorm", 4096, 1e-6)
 
 
-def test_inductor_wraps_without_compiling_yet():
-    norm = Qwen3RMSNorm(64)
-    compiled = survey_imports.qwen3_with_inductor(norm)  # compilation happens at the first call
-    assert compiled is not norm and compiled._orig_mod is norm
+def test_inductor_compiles_each_decoder_layer_and_the_final_norm_in_place():
+    """What the §6.2 step benchmark compiles (bench/exp_step.py): regional, not torch.compile(model)."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM
+
+    from qwen3_configs import tiny_qwen3_config
+
+    model = Qwen3ForCausalLM(tiny_qwen3_config())
+    assert survey_imports.qwen3_with_inductor(model) is None  # in place; compilation happens at the first call
+    regions = [*model.model.layers, model.model.norm]
+    assert all(m._compiled_call_impl is not None for m in regions)
+    assert model._compiled_call_impl is None and model.model._compiled_call_impl is None
+    assert model.model.embed_tokens._compiled_call_impl is None and model.lm_head._compiled_call_impl is None
 
 
 def test_liger_patch_builds_a_qwen3_of_liger_modules():

@@ -112,10 +112,8 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         if "torch_rmsnorm" in ok:
             text += f"（F.rms_norm {prose.times(ok['torch_rmsnorm']['speedup'])}）"
     points.append(text + "。")
-    if base and "triton_fwd" in ok:
-        gain = ok["triton_fwd"]["speedup"]
-        points.append(f"backward 要一起写：本文只换 forward、backward 重算 forward 的写法，一步是 HF eager 的 "
-                      f"{prose.times(gain)}" + ("，没有收益。" if gain < 1 + tie(cfg) else "，收益小于两者都换。"))
+    # No point on the forward-only tier: its backward recomputes the forward, so it gains nothing by construction,
+    # and the fairer variant (keep rstd, differentiate with a few torch ops) was not measured (篇2 §5.2).
 
     lcfg, res = loss["config"], loss["results"]
     variants = lcfg["variants"]
@@ -135,6 +133,8 @@ SURVEY = [
      "flash-attn 要 Ampere 或更新的 GPU、fp16/bf16；sdpa 自己挑后端", None),
     ("Liger Kernel", "RMSNorm、RoPE、SwiGLU、fused linear cross-entropy",
      "补丁改写进程里的类，须在建模型之前（或经 `model=` 传入建好的模型）；`in_place=True` 改写 dY；Qwen3 补丁不用它的融合加法", "liger"),
+    ("transformers kernel hub", "按层名换 forward：`Qwen3RMSNorm` 换成 Hub 上 kernels-community/liger-kernels 的 LigerRMSNorm",
+     "要装 `kernels`（5.25 起必装，`from_pretrained` 默认启用；5.17 要传 `use_kernels=True`）", None),
     ("quack", "RMSNorm（可带残差）forward + backward，CuTe-DSL",
      "依赖 nvidia-cutlass-dsl（CUTLASS 的 Python DSL）", "quack"),
     ("Unsloth", "LoRA / QLoRA 的整套 kernel 与手动 backward", "须在 transformers 之前 import", None),
@@ -167,8 +167,22 @@ def survey(rms: dict, step: dict) -> str:
         rows.append([name, fuses, limits, figure])
     caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间；一步：{geometry_zh(step)}，"
                f"相对 HF eager；Liger 的一步用全套补丁。")
-    takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack 和手写三条路。"
+    takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack、transformers 的 kernel hub 和手写几条路。"
     return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption, takeaway)
+
+
+def torch_rms_norm_sentence(rms: dict) -> str:
+    """篇2 §2.5: F.rms_norm's forward against ours, on the wide rows and on the 128-wide q/k-norm rows."""
+    ours, shapes = rmsnorm.config(rms)["ours"], rmsnorm.shapes_of(rms, "fwd")
+    ratio = {id(s): s["fwd"]["torch_rms_norm"]["median_us"] / s["fwd"][ours]["median_us"] for s in shapes}
+    narrow = [s for s in shapes if s["width"] <= 128]
+    wide = [s for s in shapes if s["width"] > 128]
+    q = max(narrow, key=lambda s: s["rows"])
+    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是生产版的 "
+            f"{prose.times_span((ratio[id(s)] for s in wide), 1)} 倍，{narrow[0]['width']} 宽的 q/k norm 行上是 "
+            f"{prose.times_span((ratio[id(s)] for s in narrow), 1)} 倍"
+            f"（q_norm 的 {q['rows']}×{q['width']}：{tables.fmt(q['fwd']['torch_rms_norm']['median_us'])} µs 对 "
+            f"{tables.fmt(q['fwd'][ours]['median_us'])} µs）。\n")
 
 
 def conclusion(rms: dict, step: dict) -> str:
@@ -277,6 +291,7 @@ def render_summary(load) -> dict[str, str]:
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
         "p2_conclusion.md": conclusion(rms, step),
         "p2_survey.md": survey(rms, step),
+        "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),
     }
     if "fused_add" in data:
         out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)
