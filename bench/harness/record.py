@@ -32,6 +32,34 @@ def _version(module_name: str) -> str | None:
     return getattr(module, "__version__", None)
 
 
+CPUINFO = pathlib.Path("/proc/cpuinfo")
+
+
+def cpu_model(cpuinfo: pathlib.Path = CPUINFO) -> str | None:
+    """The host CPU's model name: the first ``model name`` of /proc/cpuinfo (x86), else its ``Model`` or
+    ``Hardware`` line (Arm), else what Python's platform module says; None when nothing names it."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for key in ("model name", "Model", "Hardware"):
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key and value.strip():
+                return " ".join(value.split())
+    return platform.processor() or None
+
+
+def cpu_environment() -> dict:
+    """The host CPU: its model, the logical CPUs of the machine and those this process may run on (a
+    container or ``taskset`` can allow fewer). Launch-bound figures (few tokens, CUDA graphs) depend on it."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity on this platform
+        usable = os.cpu_count()
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "cpu_usable": usable}
+
+
 def environment() -> dict:
     """Everything a reader needs to know about where a number was measured."""
     env = {
@@ -49,6 +77,7 @@ def environment() -> dict:
         "gpu_count": 0,
         "driver": None,
         "sm_count": None,
+        **cpu_environment(),
     }
     from importlib.metadata import PackageNotFoundError, version
 
