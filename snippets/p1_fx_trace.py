@@ -123,6 +123,9 @@ def count_patterns(graph_module: torch.fx.GraphModule) -> dict:
 
 
 # --8<-- [start:export]
+import torch
+
+
 def export_model(model, input_ids: torch.Tensor) -> torch.fx.GraphModule:
     """The whole Qwen3ForCausalLM as one ATen graph, via torch.export (no KV cache)."""
     program = torch.export.export(model, (input_ids,), kwargs={"use_cache": False})

@@ -30,16 +30,6 @@ def module_class_counts(model: torch.nn.Module) -> collections.Counter:
     return collections.Counter(type(module).__name__ for module in model.modules())
 
 
-def parameter_counts(model: torch.nn.Module) -> dict:
-    """Parameters per leaf-module class: where the weights of the model live."""
-    counts = collections.Counter()
-    for module in model.modules():
-        own = sum(p.numel() for p in module.parameters(recurse=False))
-        if own:
-            counts[type(module).__name__] += own
-    return dict(counts.most_common())
-
-
 def expected_rmsnorm_count(config) -> int:
     """input_layernorm, post_attention_layernorm, q_norm and k_norm per layer, plus
     the final norm."""
@@ -62,10 +52,31 @@ def torchinfo_summary(model: torch.nn.Module, seq_len: int = 16, depth: int = 5)
 
 # --8<-- [start:source]
 import inspect
-import pathlib
 
-import transformers
-from transformers.models.qwen3 import modeling_qwen3
+
+def source_of(obj) -> tuple[int, str]:
+    """(first line number, source text) of a class or function, such as
+    Qwen3DecoderLayer.forward."""
+    lines, first_line = inspect.getsourcelines(obj)
+    return first_line, "".join(lines)
+# --8<-- [end:source]
+
+
+# Helpers the article does not show: they feed the data behind its tables.
+import pathlib  # noqa: E402
+
+import transformers  # noqa: E402
+from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
+
+
+def parameter_counts(model: torch.nn.Module) -> dict:
+    """Parameters per leaf-module class: where the weights of the model live."""
+    counts = collections.Counter()
+    for module in model.modules():
+        own = sum(p.numel() for p in module.parameters(recurse=False))
+        if own:
+            counts[type(module).__name__] += own
+    return dict(counts.most_common())
 
 
 def modeling_source() -> dict:
@@ -82,14 +93,6 @@ def modeling_source() -> dict:
         "url": ("https://github.com/huggingface/transformers/blob/"
                 f"v{version}/src/{relative}"),
     }
-
-
-def source_of(obj) -> tuple[int, str]:
-    """(first line number, source text) of a class or function, such as
-    Qwen3DecoderLayer.forward."""
-    lines, first_line = inspect.getsourcelines(obj)
-    return first_line, "".join(lines)
-# --8<-- [end:source]
 
 
 def torchinfo_report() -> str:
@@ -128,12 +131,12 @@ if __name__ == "__main__":
     # --8<-- [end:usage]
 
     # --8<-- [start:usage_source]
+    import transformers
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-    from p1_static_read import modeling_source, source_of
+    from p1_static_read import source_of
 
-    where = modeling_source()
-    print(f"transformers {where['transformers']}: {where['relative']}")
+    print(f"transformers {transformers.__version__}: modeling_qwen3.py")
     first_line, text = source_of(Qwen3DecoderLayer.forward)
     print(f"Qwen3DecoderLayer.forward starts at line {first_line}:")
     print(text)

@@ -212,6 +212,78 @@ def _cpu_op(events, cpu_range, name):
     return None
 
 
+# What a Qwen3 decoder layer's forward runs before attention, in the order transformers 5.17 calls it
+# (Qwen3DecoderLayer.forward, then Qwen3Attention.forward): three projections, each an aten::linear and each
+# followed by what acts on its output (q_norm, k_norm, and after v_proj the RoPE of q and k).
+PRE_ATTENTION_MODULES = ("input_layernorm", "q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "RoPE")
+PROJECTION_OP = "aten::linear"
+
+
+def module_spans(events, cpu_range, until_us) -> list[tuple[str, float, float]]:
+    """(module, start, end) on the CPU, in µs from the range's start: the range's outermost ATen ops that start
+    before ``until_us``, split at each aten::linear and named by PRE_ATTENTION_MODULES (the ops between two
+    projections are the norm of the first one's output, those after the last one are RoPE); [] when the ops do
+    not have that shape, so that a label is only drawn where the trace shows the module."""
+    from p1_profile_step import outermost
+
+    start = cpu_range["ts"]
+    ops = outermost(e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+                    and e.get("tid") == cpu_range["tid"] and start <= e["ts"] < start + until_us)
+    segments = []  # [is a projection, first op, last op]
+    for op in ops:
+        projection = op["name"] == PROJECTION_OP
+        if projection or not segments or segments[-1][0]:
+            segments.append([projection, op, op])
+        else:
+            segments[-1][2] = op
+    shape = [name.endswith("_proj") for name in PRE_ATTENTION_MODULES]
+    if [s[0] for s in segments] != shape:
+        return []
+    return [(name, first["ts"] - start, last["ts"] + last["dur"] - start)
+            for name, (_, first, last) in zip(PRE_ATTENTION_MODULES, segments)]
+
+
+def label_rows(widths, spans, left=0.0, gap=4.0, levels=2):
+    """Where to put a label over each of ``spans`` ((start, end), left to right, in pixels) given its ``widths``:
+    a list of (level, left edge). A label is centred on its span, or slid right (its left edge at most at the
+    span's middle) to clear the label before it on its level, and never starts left of ``left``. Of the
+    assignments where every label fits, the one with the fewest labels above level 0, then the least sliding;
+    with none, every label on level 0."""
+    import itertools
+
+    best = None
+    for assignment in itertools.product(range(levels), repeat=len(spans)):
+        right_end, placed, slid = [left - gap] * levels, [], 0.0
+        for level, width, (lo, hi) in zip(assignment, widths, spans):
+            centred = max((lo + hi - width) / 2, left)
+            x0 = max(centred, right_end[level] + gap)
+            if x0 > max(centred, (lo + hi) / 2):
+                break
+            slid += x0 - centred
+            right_end[level] = x0 + width
+            placed.append((level, x0))
+        else:
+            score = (sum(level > 0 for level in assignment), slid)
+            if best is None or score < best[0]:
+                best = (score, placed)
+    if best is None:
+        return [(0, max((lo + hi - w) / 2, left)) for w, (lo, hi) in zip(widths, spans)]
+    return best[1]
+
+
+def _label_modules(ax, spans, base_y, step_y):
+    """Each (name, start, end) span as a bracket above the CPU row with its name on top (:func:`label_rows`)."""
+    renderer = ax.figure.canvas.get_renderer()
+    to_pixels, to_data = ax.transData.transform, ax.transData.inverted().transform
+    texts = [ax.text(0, 0, name, ha="left", va="bottom", fontsize=plots.SMALL) for name, _, _ in spans]
+    widths = [t.get_window_extent(renderer).width for t in texts]
+    pixels = [(to_pixels((lo, 0))[0], to_pixels((hi, 0))[0]) for _, lo, hi in spans]
+    for text, (_, lo, hi), (level, x0) in zip(texts, spans, label_rows(widths, pixels, to_pixels((0, 0))[0])):
+        y = base_y + step_y * level
+        text.set_position((to_data((x0, 0))[0], y + 0.02))
+        ax.plot([lo, lo, hi, hi], [y - 0.04, y, y, y - 0.04], color="#777777", linewidth=0.8)
+
+
 def _timeline_plot(data):
     """CPU launch calls above, the GPU work they started below, one time axis, linked by correlation id;
     from the layer's start to the end of its attention kernel (:func:`timeline_crop`), with the CPU's time
@@ -230,14 +302,16 @@ def _timeline_plot(data):
                + ([] if attention else [cpu_range["dur"]]))
     least = span / 600  # about one pixel as shown: every call and kernel stays visible
     cpu_y, gpu_y, height = 1.0, 0.0, 0.46
-    fig, ax = plt.subplots(figsize=(plots.FIGURE_WIDTH, 2.9))
+    label_y, label_step = cpu_y + height / 2 + 0.07, 0.22  # the module brackets' heights above the CPU row
+    fig, ax = plt.subplots(figsize=(plots.FIGURE_WIDTH, 3.3))
     ax.broken_barh([(0, min(cpu_range["dur"], span))], (cpu_y - height / 2, height), facecolors="#E4E4E4",
                    edgecolors="none")
     sdpa = _cpu_op(events, cpu_range, ATTENTION_OP) if attention else None
+    ax.set_xlim(0, span * 1.01)  # before the labels, which are placed by their drawn width
     if sdpa:
         ax.broken_barh([sdpa], (cpu_y - height / 2, height), facecolors=PASTEL_FILL["purple"], edgecolors="none")
-        ax.text(sdpa[0] + sdpa[1], cpu_y + height / 2 + 0.04, f"{ATTENTION_OP.removeprefix('aten::')}：CPU 上 "
-                f"{sdpa[1]:,.0f} µs", ha="right", va="bottom", fontsize=plots.SMALL)
+        _label_modules(ax, module_spans(events, cpu_range, sdpa[0])
+                       + [(f"sdpa：CPU 上 {sdpa[1]:,.0f} µs", sdpa[0], sdpa[0] + sdpa[1])], label_y, label_step)
     ax.broken_barh([(p["launch_us"], max(p["launch_dur_us"], least)) for p in pairs], (cpu_y - height / 2, height),
                    facecolors="#555555", edgecolors="none")
     kernels = sorted(pairs, key=lambda p: p["kernel_us"])
@@ -266,7 +340,7 @@ def _timeline_plot(data):
         ax.text(longest[0] + longest[1] / 2, gpu_y - height / 2 - 0.04, f"最长空等 {longest[1]:,.0f} µs", ha="center",
                 va="top", fontsize=plots.SMALL, color="#C0777A")
     ax.set_yticks([gpu_y, cpu_y], ["GPU：kernel", "CPU：启动调用"])
-    ax.set_ylim(gpu_y - 0.62, cpu_y + 0.55)
+    ax.set_ylim(gpu_y - 0.62, label_y + (label_step if sdpa else 0) + 0.2)
     ax.set_xlim(0, span * 1.01)
     ax.grid(axis="y", visible=False)
     ax.set_xlabel(f"时间（µs，从 {name} forward 在 CPU 上开始计）")

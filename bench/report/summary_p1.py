@@ -2,7 +2,11 @@
 
 * p1_env.md: the article's one "实验环境" box;
 * p1_provenance.md: which commit and command produced each data file (methods page);
-* p1_keypoints.md: the article's "要点" box; every number in it is computed here from the data.
+* p1_keypoints.md: the article's "要点" box; every number in it is computed here from the data;
+* p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
+* p1_swiglu_point.md: §五's SwiGLU bullet head, the time fusing it saves per layer;
+* p1_conclusion.md: §八's ranking of the fusion points by the time they save per layer, ties where the
+  p20–p80 intervals of the savings overlap.
 
 ``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
 """
@@ -37,6 +41,14 @@ def rmsnorm_point(profile: dict, roofline: dict) -> str:
             f"再加输出前的 1 个），eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
 
 
+def profiled_model(profile: dict) -> str:
+    """What the profiled step ran, so that a share of it is not read as a share of the whole model: few decoder
+    layers, but the embedding and lm_head at full size."""
+    config, layers = profile["config"], profile["results"]["static"]["num_hidden_layers"]
+    return (f"Qwen3-{config['size']} 层几何，T={config['seq_len']}，{config['layers']} 个解码层加完整尺寸的 lm_head，"
+            f"所以 lm_head 和交叉熵的比重比 {layers} 层的完整模型大")
+
+
 def category_point(profile: dict) -> str:
     config, main = profile["config"], profile["results"]["main"]
     by_name = {c["category"]: c for c in main["categories"]}
@@ -50,7 +62,7 @@ def category_point(profile: dict) -> str:
     count = f"{total_kernels} 个 kernel 里的 {small_kernels} 个"
     share = (f"合计只占 kernel 时间的 {small_share:.1f}%，却是 {count}" if small_kernels / total_kernels > small_share / 100
              else f"合计占 kernel 时间的 {small_share:.1f}%、{count}")
-    return (f"在 profile 里盯住 GEMM 之间的小 kernel：一个训练 step（Qwen3-{config['size']} 层几何，T={config['seq_len']}）里，"
+    return (f"在 profile 里盯住 GEMM 之间的小 kernel：一个训练 step（{profiled_model(profile)}）里，"
             f"{CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}，它们正是融合的目标。")
 
 
@@ -97,6 +109,142 @@ def keypoints(profile: dict, roofline: dict, compiled: dict) -> str:
     return '!!! abstract "要点"\n\n' + "".join(f"    - {b}\n" for b in bullets)
 
 
+def cpu_note(profile: dict, roofline: dict, compiled: dict) -> str:
+    """The 实验环境 box's CPU line: the host CPU where the records name it (bench/harness/record.py records it
+    from now on), else that it was not recorded; either way which figures depend on it (the CPU-bound ones)."""
+    records = {"p1_profile": profile, "p1_roofline": roofline, "p1_compile": compiled}
+    named = [f"{e['cpu']}（{e['cpu_count']} 个逻辑 CPU）" if e.get("cpu_count") else e["cpu"]
+             for e in (d["environment"] for d in records.values()) if e.get("cpu")]
+    missing = [f"`{name}.json`" for name, d in records.items() if not d["environment"].get("cpu")]
+    if not named:
+        which = "这次运行的数据没有记录 CPU 型号"
+    else:
+        which = "、".join(dict.fromkeys(named)) + (f"（{prose.join(missing)} 没有记录）" if missing else "")
+    fewest = min(profile["results"]["sweep"], key=lambda e: e["tokens"])["tokens"]
+    small = min(compiled["results"]["shapes"], key=lambda e: e["tokens"])
+    return (f"CPU：{which}。与它有关的是 CPU 受限的数字：每步 {fewest} 个 token 这类小 step 的时间与 GPU 忙碌占比"
+            f"（§3.3），时间线上的发射节奏（§3.2），B={small['batch']}、T={small['seq_len']} 时 CUDA graph 与 "
+            f"torch.compile 的加速（§六）")
+
+
+def profile_overhead(profile: dict) -> str:
+    """§3.2: the profiled step against the unprofiled one, so that the timeline's gaps read as an upper bound."""
+    launch, step_ms = profile["results"]["main"]["launch"], profile["results"]["main"]["step"]["median_ms"]
+    span_ms, busy_ms, idle_ms = launch["span_us"] / 1e3, launch["busy_us"] / 1e3, launch["idle_us"] / 1e3
+    longer = (f"比不开 profiler 的 step 中位数 {tables.fmt(step_ms)} ms 长 {tables.fmt(span_ms - step_ms, 2)} ms"
+              if span_ms > step_ms else f"不开 profiler 的 step 中位数是 {tables.fmt(step_ms)} ms")
+    unprofiled_idle = max(step_ms - busy_ms, 0.0)
+    return (f"这张图和 §3.3 的表取自同一个开着 profiler 的 step。profiler 在 CPU 上记录每个算子和每次发射，"
+            f"这本身要花时间：这一步从第一个 kernel 到最后一个 kernel 跨了 {tables.fmt(span_ms)} ms，{longer}，"
+            f"其中 GPU 空等 {tables.fmt(idle_ms)} ms（忙碌 {100 * launch['busy_fraction']:.1f}%）。"
+            f"不开 profiler 时，同样 {tables.fmt(busy_ms)} ms 的 kernel 落在 {tables.fmt(step_ms)} ms 里，"
+            f"空等最多 {tables.fmt(unprofiled_idle, 2)} ms（忙碌 {100 * busy_ms / step_ms:.1f}%）。"
+            f"所以图上的空隙被 profiler 拉宽了，是上界：它指出空等可能出在哪里，总量以不开 profiler 的数字为准。\n")
+
+
+def savings(roofline: dict) -> list[dict]:
+    """Per decoder layer, forward: the time each fusion point saves (eager median − fused median) with the
+    interval [eager p20 − fused p80, eager p80 − fused p20], for the points measured at the run's token count
+    (attention softmax runs at B=1 and is already fused by sdpa: not ranked), largest saving first."""
+    out = []
+    for p in roofline["results"]["points"]:
+        m = p.get("measured", {})
+        if not {"eager", "fused"} <= set(m) or p["tokens"] != roofline["config"]["tokens"]:
+            continue
+        e, f = m["eager"], m["fused"]
+        out.append({"name": p["name"], "eager_us": e["median_us"], "fused_us": f["median_us"],
+                    "saved_us": e["median_us"] - f["median_us"],
+                    "low_us": e["p20_us"] - f["p80_us"], "high_us": e["p80_us"] - f["p20_us"]})
+    return sorted(out, key=lambda r: r["saved_us"], reverse=True)
+
+
+def ranked(rows: list[dict]) -> list[dict]:
+    """``rows`` (from :func:`savings`) with a ``rank``: a saving whose interval overlaps the one above it shares
+    its rank (持平); a saving whose interval reaches 0 or below gets no rank (``None``): it saves nothing."""
+    out, rank = [], 0
+    for index, row in enumerate(rows):
+        row = dict(row)
+        if row["low_us"] <= 0:
+            row["rank"] = None
+        elif index and out[-1]["rank"] is not None and row["high_us"] >= out[-1]["low_us"]:
+            row["rank"] = out[-1]["rank"]
+        else:
+            rank += 1
+            row["rank"] = rank
+        out.append(row)
+    return out
+
+
+def _point_zh(name: str) -> str:
+    return FUSION_POINT_ZH.get(name, name)
+
+
+def _how_many(name: str, profile: dict) -> str:
+    """'每层 4 个' for RMSNorm (its point counts all the norms of a layer), '' for the others."""
+    return f"每层 {norms_per_layer(profile['results']['static'])} 个" if name == "RMSNorm" else ""
+
+
+def _per_layer(name: str, profile: dict) -> str:
+    """'RMSNorm（每层 4 个）', 'RoPE': a fusion point as the ranking table names it."""
+    many = _how_many(name, profile)
+    return _point_zh(name) + (f"（{many}）" if many else "")
+
+
+def _saved(row: dict, profile: dict) -> str:
+    """'RMSNorm（每层 4 个，省 2,631 µs）'."""
+    many = _how_many(row["name"], profile)
+    return f"{_point_zh(row['name'])}（{many + '，' if many else ''}省 {tables.fmt(row['saved_us'])} µs）"
+
+
+def swiglu_point(profile: dict, roofline: dict) -> str:
+    """§五's SwiGLU bullet head: the absolute saving per layer next to its speed-up and RMSNorm's saving."""
+    rows = {r["name"]: r for r in savings(roofline)}
+    swiglu, rms = rows["SwiGLU"], rows.get("RMSNorm")
+    text = (f"- **SwiGLU：每层 forward 只省 {tables.fmt(swiglu['saved_us'])} µs。** 融合版快 "
+            f"{tables.fmt(swiglu['eager_us'] / swiglu['fused_us'])}×，可 eager 一共才 {tables.fmt(swiglu['eager_us'])} µs")
+    if rms:
+        text += f"，而 RMSNorm 每层省 {tables.fmt(rms['saved_us'])} µs"
+    return text + "。"  # no newline: the page continues the bullet on the next line
+
+
+def conclusion(profile: dict, roofline: dict) -> str:
+    """§八: the fusion points ranked by the time they save per layer, with a takeaway sentence and a caption."""
+    c = roofline["config"]
+    rows = ranked(savings(roofline))
+    gaining = [r for r in rows if r["rank"] is not None]
+    parts = []
+    for rank in sorted({r["rank"] for r in gaining}):
+        group = [r for r in gaining if r["rank"] == rank]
+        names = prose.join(_saved(r, profile) for r in group)
+        parts.append(names + ("，彼此持平" if len(group) > 1 else ""))
+    order = ["先融合 " + parts[0]] + (["其次是 " + parts[1]] if len(parts) > 1 else []) + \
+        (["再往后 " + prose.join(parts[2:]) + "，省得少"] if len(parts) > 2 else [])
+    none = [_point_zh(r["name"]) for r in rows if r["rank"] is None]
+    takeaway = "按每个解码层的 forward 省下的时间排，" + "；".join(order) + "。"
+    if none:
+        takeaway += f"{prose.join(none)}省下的时间与零分不开，不值得做。"
+    fastest = max(rows, key=lambda r: r["eager_us"] / r["fused_us"])
+    if gaining and fastest is not gaining[0]:
+        takeaway += (f"排名看省下的时间，不看倍数：倍数最大的是 {_point_zh(fastest['name'])}"
+                     f"（{tables.fmt(fastest['eager_us'] / fastest['fused_us'])}×），省得最多的是 "
+                     f"{_point_zh(gaining[0]['name'])}。")
+    if gaining and gaining[0]["name"] == "RMSNorm":
+        takeaway += "篇 2 手写的，正是排第一的 RMSNorm。"
+    table_rows = [["—" if r["rank"] is None else r["rank"], _per_layer(r["name"], profile), tables.fmt(r["eager_us"]),
+                   tables.fmt(r["fused_us"]), tables.fmt(r["saved_us"]),
+                   f"{tables.fmt(r['low_us'])} 至 {tables.fmt(r['high_us'])}"] for r in rows]
+    headers = ["名次", "融合点", "HF eager（µs）", "融合后（µs）", "每层省下（µs）", "省下的区间（µs）"]
+    left_out = [_point_zh(p["name"]) for p in roofline["results"]["points"]
+                if p["name"] not in {r["name"] for r in rows}]
+    return takeaway + "\n\n" + tables.md_table(headers, table_rows, align="clrrrr") + prose.caption(
+        f"一个解码层的 forward，Qwen3-{c['size']} 几何，{tables.dtype_short(c['dtype'])}，B={c['batch']}、T={c['seq_len']}"
+        f"（{c['tokens']:,} 个 token）；融合后是 torch.compile 编译的同一段 HF 代码，QKV 合并是拼接权重后的一次 GEMM",
+        "省下 = 两者中位数之差；区间从 eager 的 20% 分位减融合后的 80% 分位，到 eager 的 80% 分位减融合后的 20% 分位，"
+        "与上一名的区间重叠就算持平，区间碰到 0 就不排名",
+        "只计 forward" + (f"；{prose.glue(prose.join(left_out), '不在表里')}：它在 B={c['softmax_batch']} 下测，"
+                         "Qwen3 默认的 sdpa 已经把它融合好了" if left_out else ""), sep="；")
+
+
 def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
     records = {"p1_profile.json": profile, profile["results"]["main"]["trace_file"]: profile,
                "p1_roofline.json": roofline, "p1_compile.json": compiled}
@@ -108,7 +256,11 @@ def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
 def render_summary(load) -> dict[str, str]:
     profile, roofline, compiled = (load(name) for name in DATA)
     return {
-        "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)]),
+        "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)],
+                                    note=cpu_note(profile, roofline, compiled)),
+        "p1_profile_overhead.md": profile_overhead(profile),
+        "p1_swiglu_point.md": swiglu_point(profile, roofline),
+        "p1_conclusion.md": conclusion(profile, roofline),
         "p1_provenance.md": provenance(profile, roofline, compiled),
         "p1_keypoints.md": keypoints(profile, roofline, compiled),
     }

@@ -95,11 +95,59 @@ def test_the_timeline_ends_with_the_attention_kernel(data_dir_with_the_small_tra
     data["results"]["main"]["trace_bytes"] = _with_attention(trace)
     texts = plots.svg_texts(p1_profile.render(data)["p1_profile_layer_timeline.svg"])
     assert "decoder_layer.1 forward 从开始到注意力 kernel：4 次启动，细线连起每次启动和它的 kernel" in texts
-    assert "注意力" in texts and "scaled_dot_product_attention：CPU 上 30 µs" in texts
+    assert "注意力" in texts and "sdpa：CPU 上 30 µs" in texts
     assert "最长空等 20 µs" in texts  # 1190 → 1210, before the attention kernel
     pairs = [{"category": c} for c in ("GEMM", "reduction", "attention", "GEMM")]
     assert p1_profile.timeline_crop(pairs) == (pairs[:3], pairs[2])
     assert p1_profile.timeline_crop(pairs[:2]) == (pairs[:2], None)
+
+
+def _op(name, ts, dur=2):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1}
+
+
+# decoder_layer.1 of the hand-made trace (1000-1100 on thread 1) as Qwen3's attention half runs it: its
+# aten::mean at 1005 (the input norm), then three projections, each followed by ops, up to sdpa at 1060
+QWEN3_OPS = [_op("aten::linear", 1018), _op("aten::pow", 1021), _op("aten::linear", 1024), _op("aten::pow", 1027),
+             _op("aten::linear", 1036), _op("aten::mul", 1040), _op("aten::add", 1045, 5)]
+
+
+def test_module_spans_name_the_ops_before_attention():
+    """The layer's outermost ops up to sdpa, split at each aten::linear, named in HF's order; any other shape
+    (here: one projection missing) names nothing; an op nested in another does not start a module."""
+    layer = {"ph": "X", "cat": "user_annotation", "name": "decoder_layer.1", "ts": 1000, "dur": 100, "tid": 1}
+    events = [layer, _op("aten::mean", 1005, 12), _op("aten::sum", 1006, 3)] + QWEN3_OPS
+    spans = p1_profile.module_spans(events, layer, 60)
+    assert [name for name, _, _ in spans] == list(p1_profile.PRE_ATTENTION_MODULES)
+    assert spans[0] == ("input_layernorm", 5, 17) and spans[-1] == ("RoPE", 40, 50)
+    assert p1_profile.module_spans(events[:3] + QWEN3_OPS[2:], layer, 60) == []
+    assert p1_profile.module_spans(events, layer, 30) == []  # cut before v_proj
+
+
+def test_label_rows_keep_labels_apart():
+    """Labels go on level 0 when they fit, slide right along their span to clear a neighbour, and go up a level
+    only when sliding would leave the span; none starts left of the axis."""
+    assert p1_profile.label_rows([20, 20], [(0, 100), (100, 200)]) == [(0, 40.0), (0, 140.0)]
+    slid = p1_profile.label_rows([80, 40], [(50, 70), (70, 150)], left=0)
+    assert slid == [(0, 20.0), (0, 104.0)]  # centred at 90, slid to 20 + 80 + 4 (the span's middle is 110)
+    assert p1_profile.label_rows([200, 40], [(0, 20), (20, 40)], left=0) == [(0, 0), (1, 10.0)]
+    assert p1_profile.label_rows([50], [(0, 10)], left=0) == [(0, 0)]
+
+
+def test_the_timeline_names_the_modules(data_dir_with_the_small_trace):
+    """With the ops of Qwen3's attention half in the trace, the timeline names each module over its CPU time."""
+    import json
+
+    data = as_if_on_a_gpu(fixture("p1_profile"))
+    trace = data_dir_with_the_small_trace / "h200" / SMALL_TRACE.name
+    _with_attention(trace)
+    content = json.loads(trace.read_text(encoding="utf-8"))
+    content["traceEvents"] += [dict(op, pid=1) for op in QWEN3_OPS]
+    text = json.dumps(content)
+    trace.write_text(text, encoding="utf-8")
+    data["results"]["main"]["trace_bytes"] = len(text.encode())
+    texts = set(plots.svg_texts(p1_profile.render(data)["p1_profile_layer_timeline.svg"]))
+    assert set(p1_profile.PRE_ATTENTION_MODULES) | {"sdpa：CPU 上 30 µs"} <= texts
 
 
 def test_renders_from_the_quick_run(quick_p1_profile, quick_p1_profile_dir, monkeypatch):

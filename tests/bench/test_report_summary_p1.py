@@ -80,3 +80,63 @@ def test_keypoints_are_computed_from_the_data(committed):
                      if rel.endswith(".md"))
     for quoted in re.findall(r"\d[\d,.]*[%×]", text):
         assert quoted in tables or quoted in (f"{small_share:.1f}%", kept), f"{quoted}: not recomputed, not in a table"
+
+
+def _saving(name, saved, low, high):
+    return {"name": name, "eager_us": saved + 100.0, "fused_us": 100.0, "saved_us": saved, "low_us": low,
+            "high_us": high}
+
+
+def test_the_ranking_needs_intervals_apart():
+    """A saving shares the rank above it when the intervals overlap (持平); one that reaches 0 is not ranked."""
+    rows = summary_p1.ranked([_saving("a", 100, 95, 105), _saving("b", 98, 96, 99), _saving("c", 50, 48, 52),
+                              _saving("d", -5, -20, 3)])
+    assert [r["rank"] for r in rows] == [1, 1, 2, None]
+
+
+def test_the_conclusion_ranks_the_committed_savings(committed):
+    """Recomputed from the raw medians and quantiles: the order, each saving, and QKV merge left unranked."""
+    text = summary_p1.render_summary(loader())["p1_conclusion.md"]
+    points = {p["name"]: p["measured"] for p in committed["p1_roofline"]["results"]["points"]}
+    saved = {n: m["eager"]["median_us"] - m["fused"]["median_us"] for n, m in points.items()
+             if n != "Attention softmax"}
+    order = sorted(saved, key=saved.get, reverse=True)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| 名次")
+            and not line.startswith("| :")]
+    assert [r.split("|")[2].strip().split("（")[0] for r in rows] == \
+        [{"QKV merge": "QKV 合并"}.get(n, n) for n in order]
+    for name in order:
+        assert f"| {fmt(saved[name])} |" in text, name
+    qkv = points["QKV merge"]
+    assert qkv["eager"]["p20_us"] - qkv["fused"]["p80_us"] < 0 and "| — | QKV 合并 |" in text
+    assert text.index("RMSNorm") < text.index("RoPE") < text.index("SwiGLU")
+    assert "注意力 softmax 不在表里" in text
+    swiglu = summary_p1.render_summary(loader())["p1_swiglu_point.md"]
+    assert swiglu.startswith("- **SwiGLU：每层 forward 只省 ") and f"{fmt(saved['SwiGLU'])} µs" in swiglu
+
+
+def test_the_overhead_sentence_compares_the_profiled_step(committed):
+    main = committed["p1_profile"]["results"]["main"]
+    text = summary_p1.render_summary(loader())["p1_profile_overhead.md"]
+    step_ms, launch = main["step"]["median_ms"], main["launch"]
+    assert f"跨了 {fmt(launch['span_us'] / 1e3)} ms" in text and f"中位数 {fmt(step_ms)} ms" in text
+    assert f"忙碌 {100 * launch['busy_us'] / (1e3 * step_ms):.1f}%" in text  # the launch table's unprofiled share
+    assert f"空等 {fmt(launch['idle_us'] / 1e3)} ms" in text and "上界" in text
+
+
+def test_the_env_box_names_the_cpu_or_says_it_was_not_recorded(committed):
+    """The committed runs predate the CPU field: the box says so; a run that records it is named, and a file
+    without it is listed; either way the CPU-bound figures are named."""
+    records = [committed[name] for name in summary_p1.DATA]
+    missing = summary_p1.cpu_note(*records)
+    assert missing.startswith("CPU：这次运行的数据没有记录 CPU 型号。") and "CPU 受限的数字" in missing
+    import copy
+
+    named = copy.deepcopy(records)
+    for data in named[:2]:
+        data["environment"].update(cpu="AMD EPYC 9654", cpu_count=192)
+    note = summary_p1.cpu_note(*named)
+    assert note.startswith("CPU：AMD EPYC 9654（192 个逻辑 CPU）（`p1_compile.json` 没有记录）")
+    assert "CPU 受限的数字" in note
+    box = summary_p1.render_summary(loader())["p1_env.md"]
+    assert f"    {missing}" in box
