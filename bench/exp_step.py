@@ -431,6 +431,46 @@ def aggregate(contender: str, records: list[dict], cfg: dict) -> dict:
     return result
 
 
+def add_late_round(result: dict, record: dict, cfg: dict) -> dict:
+    """A round that the run's budget skipped, run afterwards as its own worker process
+    (``python -m bench.run_all --worker step --contender NAME --out FILE --no-profile``): its steps join the
+    contender's, in place of the first skipped round, and the median, interval and spread are recomputed."""
+    if record.get("status") != "ok":
+        raise ValueError(f"the late round of {result.get('contender')} did not run: {record.get('reason')}")
+    n = cfg["timed_steps"]
+    ok = [r for r in result["rounds"] if r["status"] == "ok"]
+    groups = [result["step_ms"][k * n:(k + 1) * n] for k in range(len(ok))] + [record["step_ms"]]
+    if any(len(g) != n for g in groups):
+        raise ValueError("every round must have timed_steps steps")
+    median_ms = stats.pooled_median(groups)
+    lo, hi = stats.median_ci(groups)
+    rounds = list(result["rounds"])
+    late = {"status": "ok", "reason": None, "wall_s": None, "first_step_s": record.get("first_step_s"),
+            "median_ms": record["median_ms"], "late": True}
+    skipped = next((k for k, r in enumerate(rounds) if r["status"] != "ok"), None)
+    if skipped is None:
+        rounds.append(late)
+    else:
+        rounds[skipped] = late
+    return result | dict(
+        step_ms=[v for g in groups for v in g], median_ms=median_ms, ci95_ms=[lo, hi],
+        min_ms=min(min(g) for g in groups), max_ms=max(max(g) for g in groups),
+        round_medians_ms=[statistics.median(g) for g in groups], processes=len(groups),
+        peak_gib=max(v for v in (result.get("peak_gib"), record.get("peak_gib")) if v is not None),
+        tokens_per_s=cfg["batch"] * cfg["seq_len"] / (median_ms / 1e3), rounds=rounds)
+
+
+def merge_late_rounds(payload: dict, records: list[dict]) -> dict:
+    """step.json + late rounds (worker records) -> step.json with those rounds in; the config says which."""
+    cfg = payload["config"]
+    results = dict(payload["results"])
+    for record in records:
+        results[record["contender"]] = add_late_round(results[record["contender"]], record, cfg)
+    late = sorted(r["contender"] for r in records)
+    config = cfg | {"resolution": resolution(results), "late_rounds": late}
+    return payload | {"config": config, "results": results}
+
+
 def resolution(results: dict) -> float | None:
     """The smallest step difference this run can resolve, as a fraction of a step: the widest contender's
     interval (upper - lower) over its median. Two medians closer than that can have overlapping intervals."""

@@ -122,3 +122,26 @@ def test_rounds_interleave_and_aggregate():
     assert exp_step.aggregate("a", [{"status": "error", "reason": "boom"}], cfg)["status"] == "error"
     assert exp_step.resolution({"a": record, "b": {"status": "error"}}) == pytest.approx(
         (record["ci95_ms"][1] - record["ci95_ms"][0]) / 16.0)
+
+
+def test_a_late_round_takes_a_skipped_rounds_place():
+    cfg = {"batch": 2, "seq_len": 4, "timed_steps": 3}
+    rounds = [{"status": "ok", "step_ms": [10.0, 11.0, 12.0], "peak_gib": 1.0, "profile": {"device_ms": 9.0}},
+              {"status": "ok", "step_ms": [20.0, 21.0, 22.0], "peak_gib": 2.0, "profile": None},
+              {"status": "skipped", "reason": "time budget"}]
+    two = exp_step.aggregate("a", rounds, cfg)
+    three = exp_step.add_late_round(two, {"status": "ok", "step_ms": [30.0, 31.0, 32.0], "median_ms": 31.0,
+                                          "peak_gib": 3.0}, cfg)
+    direct = exp_step.aggregate("a", rounds[:2] + [{"status": "ok", "step_ms": [30.0, 31.0, 32.0],
+                                                    "peak_gib": 3.0}], cfg)
+    for key in ("median_ms", "ci95_ms", "min_ms", "max_ms", "round_medians_ms", "processes", "peak_gib", "step_ms"):
+        assert three[key] == direct[key], key
+    assert [r["status"] for r in three["rounds"]] == ["ok", "ok", "ok"] and three["rounds"][2]["late"]
+    with pytest.raises(ValueError, match="did not run"):
+        exp_step.add_late_round(two, {"status": "error", "reason": "boom"}, cfg)
+    with pytest.raises(ValueError, match="timed_steps"):
+        exp_step.add_late_round(two, {"status": "ok", "step_ms": [1.0], "median_ms": 1.0}, cfg)
+    payload = {"config": cfg, "results": {"a": two}}
+    merged = exp_step.merge_late_rounds(payload, [{"contender": "a", "status": "ok", "step_ms": [30.0, 31.0, 32.0],
+                                                   "median_ms": 31.0}])
+    assert merged["config"]["late_rounds"] == ["a"] and merged["results"]["a"]["processes"] == 3

@@ -58,7 +58,7 @@ def test_one_colour_per_contender_and_named_tie_rules():
     labelled = set(names.OP_LABELS) | set(names.TRAINING_LABELS) | set(names.LOSS_CURVE_LEGEND)
     assert labelled <= set(names.COLOURS)
     assert len(set(names.COLOURS.values())) == len(names.COLOURS)  # no two contenders share a colour
-    assert {rule.within for rule in names.TIE_RULES.values()} == {0.01, 0.02}
+    assert {rule.within for rule in names.TIE_RULES.values()} == {0.0, 0.01, 0.02}
     assert names.tie({"tie_rule": "within_2pct"}) == 0.02
     with pytest.raises(KeyError):
         names.tie({"tie_rule": "within_3pct"})
