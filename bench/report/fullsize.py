@@ -1,0 +1,236 @@
+"""fullsize.json -> the reader's job: Qwen3-8B at full depth, trained as readers train it, contender by contender.
+
+* ``fullsize_table.md`` (a report: ``render(data)``, from fullsize.json alone): one row per contender, its step
+  time with the 95 % interval, tokens/s, MFU against the GEMM ceiling measured in the same run, the speed-up
+  over HF eager and the peak memory; the caption states the setup from the record's config.
+* ``fullsize_sentence.md`` (a summary: ``render_summary(load)``, it reads step.json too): ours against HF eager,
+  then the ranking. The intervals here come from one process per contender, so they leave out process-to-process
+  variation; two contenders are ranked only when their intervals are disjoint *and* their medians differ by
+  more than the smallest difference the multi-process 8-layer step run can resolve (step.json
+  ``config["resolution"]``); otherwise they are level.
+"""
+from __future__ import annotations
+
+from bench.report import prose, tables
+
+NAME = "fullsize"
+STEP = "step"  # the data file whose resolution sets the ranking threshold
+
+# The contenders as this page names them (names.py's STEP_LABELS name the 8-layer run's).
+LABELS = {
+    "eager": "HF eager",
+    "compile": "regional torch.compile",
+    "liger": "Liger 全套补丁",
+    "triton": "本站 RMSNorm",
+    "triton_fused_add": "本站 RMSNorm + 融合残差加法",
+    "liger_triton": "Liger 全套 + 本站 RMSNorm",
+    "compile_liger_flce": "regional compile + Liger FLCE",
+    "quack": "quack RMSNorm",
+}
+
+# What the record's config says, in the caption's words. A config string not listed here fails the render:
+# a changed setup needs new words, never the old ones.
+CONFIG_ZH = {
+    "optimizer": {"torch.optim.AdamW(fused=True), bf16 parameters, gradients and states":
+                  "参数、梯度与 AdamW（fused）状态都是 bf16"},
+    "checkpointing": {"gradient_checkpointing_enable(use_reentrant=False), every decoder layer":
+                      "每个 decoder 层都开激活检查点（use_reentrant=False）"},
+    "step": {"forward with labels (loss) + backward + AdamW(fused) step + zero_grad(set_to_none=True); "
+             "activation checkpointing on every decoder layer":
+             "一步 = 带 labels 的 forward + backward + AdamW 更新 + zero_grad"},
+    "compile_scope": {"regional: torch.compile on each decoder layer and on the final norm":
+                      "regional compile = 每个 decoder 层和最后的 norm 各自 torch.compile"},
+    "interval": {"95% bootstrap of the median over the timed steps (one process)":
+                 "区间为中位数的 95% bootstrap 区间（在这一个进程的计时步上重抽样）"},
+    "flops": {"per token: 6 x matmul parameters (decoder projections + lm_head) + 6 x layers x T x heads x "
+              "head_dim; recomputation not counted":
+              "模型 FLOPs 每 token = 6 ×（各层投影与 lm_head 的矩阵乘参数量）+ 6 × 层数 × T × 头数 × head_dim，"
+              "检查点的重算不计"},
+}
+
+
+def cat(*parts: str) -> str:
+    """Join sentence pieces with the space Chinese typesetting puts between a CJK character and a Latin
+    letter or digit (either way round)."""
+    out = ""
+    for part in parts:
+        if out and part:
+            a, b = out[-1], part[0]
+            if (a.isascii() and a.isalnum() and _cjk(b)) or (_cjk(a) and b.isascii() and b.isalnum()):
+                out += " "
+        out += part
+    return out
+
+
+def spaced(text: str) -> str:
+    """``text`` with a space wherever a CJK character and a Latin letter or digit touch."""
+    return cat(*text) if text else text
+
+
+def _cjk(char: str) -> bool:
+    return "\u4e00" <= char <= "\u9fff"
+
+
+def label(contender: str) -> str:
+    return LABELS.get(contender, contender)
+
+
+def config_zh(cfg: dict, key: str) -> str:
+    try:
+        return CONFIG_ZH[key][cfg[key]]
+    except KeyError:
+        raise KeyError(f"fullsize.json config[{key!r}] = {cfg.get(key)!r} has no words in bench/report/fullsize.py "
+                       "CONFIG_ZH") from None
+
+
+def rows(data: dict) -> list[dict]:
+    """One row per contender, in the run's order: step median and interval, tokens/s, MFU, speed-up, peak."""
+    cfg, results = data["config"], data["results"]
+    base = results.get(cfg["baseline"], {})
+    base_ms = base.get("median_ms") if base.get("status") == "ok" else None
+    out = []
+    for contender in cfg["contenders"]:
+        record = results.get(contender, {"status": "skipped"})
+        row = {"contender": contender, "label": label(contender), "status": record.get("status")}
+        if row["status"] == "ok":
+            step = record["median_ms"]
+            lo, hi = record["ci95_ms"]
+            row.update(step=step, lo=lo, hi=hi, tokens_per_s=record.get("tokens_per_s"), mfu=record.get("mfu"),
+                       peak=record.get("peak_gib"), speedup=base_ms / step if base_ms else None)
+        out.append(row)
+    return out
+
+
+def step_cell(row: dict) -> str:
+    f = tables.fmt
+    return f"{f(row['step'], 4)}（{f(row['lo'], 4)}–{f(row['hi'], 4)}）"
+
+
+def caption(data: dict) -> str:
+    cfg, env = data["config"], data["environment"]
+    g = cfg["geometry"]
+    params = next((r["parameters"] for r in data["results"].values() if r.get("parameters")), None)
+    model = (f"Qwen3-{cfg['model']['size']} 全部 {g['num_hidden_layers']} 层"
+             + (f"（{params / 1e9:.2f} B 参数）" if params else "")
+             + f"，B×T = {cfg['batch']}×{cfg['seq_len']}")
+    parts = [
+        model,
+        config_zh(cfg, "optimizer"),
+        config_zh(cfg, "checkpointing"),
+        f"{cfg['attention']} 注意力",
+        config_zh(cfg, "step"),
+        f"每档一个新进程，{cfg['warmup']} 步预热后计时 {cfg['timed_steps']} 步，取中位数；" + config_zh(cfg, "interval"),
+        config_zh(cfg, "compile_scope"),
+        "tokens/s = B×T ÷ step 中位数；" + (
+            f"MFU = 模型 FLOPs ÷ step 中位数 ÷ 同一次运行实测的 bf16 GEMM 上限（{tables.fmt(ceiling)} TFLOP/s）"
+            if (ceiling := cfg.get("gemm_ceiling_tflops")) else "没有测 GEMM 上限，MFU 未算"),
+        config_zh(cfg, "flops"),
+        "相对 HF eager = HF eager 的 step ÷ 该档的 step；峰值显存为计时各步的 torch.cuda.max_memory_allocated",
+        f"{env['gpu']} 上测量",
+    ]
+    return "；".join(parts) + "。"
+
+
+def table(data: dict) -> str:
+    f = tables.fmt
+    body = []
+    for row in rows(data):
+        if row["status"] != "ok":
+            body.append([row["label"], "未运行", "—", "—", "—", "—"])
+            continue
+        body.append([row["label"], step_cell(row),
+                     f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] is not None else "—",
+                     prose.pct(row["mfu"], 1) if row["mfu"] is not None else "—",
+                     prose.times(row["speedup"]) if row["speedup"] else "—",
+                     f(row["peak"]) if row["peak"] is not None else "—"])
+    headers = ["档位", "step（ms，中位数与 95% 区间）", "tokens/s", "MFU", "相对 HF eager", "峰值显存（GiB）"]
+    return tables.md_table(headers, body, "lrrrrr")
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"fullsize_table.md": prose.page(table(data), caption(data))}
+
+
+# ---------------------------------------------------------------- the ranking (reads step.json's resolution)
+
+def disjoint(a: dict, b: dict) -> bool:
+    return a["hi"] < b["lo"] or b["hi"] < a["lo"]
+
+
+def level(a: dict, b: dict, resolution: float) -> bool:
+    """Level unless the 95 % intervals are disjoint and the medians differ by more than ``resolution``
+    (a fraction of the faster one's step)."""
+    fast, slow = sorted((a["step"], b["step"]))
+    return not (disjoint(a, b) and slow / fast - 1 > resolution)
+
+
+def tiers(ok: list[dict], resolution: float) -> list[list[dict]]:
+    """The contenders, fastest first, cut only where every contender before the cut is resolved faster than
+    every contender after it: each cut is a ranking the data supports."""
+    ordered = sorted(ok, key=lambda r: r["step"])
+    out, current = [], []
+    for k, row in enumerate(ordered):
+        current.append(row)
+        after = ordered[k + 1:]
+        if after and all(not level(a, b, resolution) for a in ordered[:k + 1] for b in after):
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+def tier_zh(tier: list[dict], resolution: float, with_numbers: bool = False) -> str:
+    """'A 与 B（持平）' / 'A、B 与 C（分不出先后）' / 'A'; ``with_numbers``: each with its step and speed-up."""
+    def name(r):
+        if not with_numbers:
+            return r["label"]
+        speed = f"，{prose.times(r['speedup'])}" if r.get("speedup") else ""
+        return f"{r['label']}（{tables.fmt(r['step'], 4)} ms{speed}）"
+
+    names = [name(r) for r in tier]
+    if len(names) == 1:
+        return names[0]
+    joined = cat(prose.join(names[:-1]), "与", names[-1])
+    together = all(level(a, b, resolution) for i, a in enumerate(tier) for b in tier[i + 1:])
+    if with_numbers:
+        if not together:
+            return joined + "，分不出先后"
+        return joined + {2: "，两者持平", 3: "，三者持平"}.get(len(names), "，彼此持平")
+    return joined + ("（持平）" if together else "（分不出先后）")
+
+
+def sentence(data: dict, step_data: dict) -> str:
+    cfg = data["config"]
+    resolution = step_data["config"]["resolution"]
+    all_rows = rows(data)
+    ok = [r for r in all_rows if r["status"] == "ok"]
+    by_name = {r["contender"]: r for r in ok}
+    base, ours = by_name.get(cfg["baseline"]), by_name.get(cfg["ours"])
+    head = f"全尺寸 Qwen3-{cfg['model']['size']}（{cfg['geometry']['num_hidden_layers']} 层）训练一步："
+    f = tables.fmt
+    if not base or not ours:
+        missing = [label(c) for c in (cfg["baseline"], cfg["ours"]) if c not in by_name]
+        return cat(head, prose.join(missing), "这一档没有跑成，见表。") + "\n"
+    if level(ours, base, resolution):
+        first = cat(label(cfg["ours"]), f"与 HF eager 持平（{f(ours['step'], 4)} 对 {f(base['step'], 4)} ms）")
+    else:
+        verb = "降到" if ours["step"] < base["step"] else "变成"
+        first = cat(label(cfg["ours"]), f"把 step 从 HF eager 的 {f(base['step'], 4)} ms {verb} {f(ours['step'], 4)} ms"
+                    f"（{prose.times(ours['speedup'])}）")
+    ranked = tiers(ok, resolution)
+    top = ranked[0]
+    text = cat(head, first, "；", "最快的一档是" if len(top) > 1 else "最快的是", tier_zh(top, resolution, True))
+    if len(ranked) > 1:
+        later = [tier_zh(t, resolution) for t in ranked[1:]]
+        text = cat(text, "；其后依次是：", "；".join(later[:-1]) + ("；最后是" if len(later) > 1 else ""), later[-1])
+    skipped = [r["label"] for r in all_rows if r["status"] != "ok"]
+    if skipped:
+        text = cat(text, f"（{prose.join(skipped)}", "未运行）")
+    text += (f"。每档只跑一个进程，95% 区间不含进程之间的波动，所以两档只有在区间不相交、且中位数相差超过"
+             f" 8 层 step 实验能分辨的最小差（一步的 {prose.pct(resolution, 1)}）时才分先后，否则算持平。")
+    return text + "\n"
+
+
+def render_summary(load) -> dict[str, str]:
+    return {"fullsize_sentence.md": sentence(load(NAME), load(STEP))}
