@@ -169,8 +169,8 @@ def fused_add_sentence(data: dict) -> str:
                      f"HF 原版 {tables.fmt(step[v]['hf'], 3)} ms" for v in both)
     return (f"小模型上的 step 时间则看不出 kernel 的快慢：{where}用 FSDP2 训练 {m['num_hidden_layers']} 层、"
             f"hidden {m['hidden_size']} 的 Qwen3，{times}；每卡每步约 {tflop:.2g} TFLOP 的矩阵运算摊到一步里"
-            f"不过 {rate:.2g} TFLOP/s，GPU 上的活填不满一步，step 时间多半由主机一侧每次调用的开销（Python、kernel 启动）决定"
-            "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n")
+            f"不过 {rate:.2g} TFLOP/s，GPU 上的活填不满一步；两者的差别从哪里来，这次没有拆开测"
+            "（每次调用的主机开销见篇 2 §6.2，[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n")
 
 
 def _caption(data: dict) -> str:

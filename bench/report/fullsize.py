@@ -232,5 +232,26 @@ def sentence(data: dict, step_data: dict) -> str:
     return text + "\n"
 
 
+FUSED = "triton_fused_add"
+
+
+def fused_add_sentence(data: dict, step_data: dict) -> str:
+    """番外 §六: the fused residual add against the plain kernel in the full-size job."""
+    cfg, resolution = data["config"], step_data["config"]["resolution"]
+    by_name = {r["contender"]: r for r in rows(data) if r["status"] == "ok"}
+    fused, ours = by_name.get(FUSED), by_name.get(cfg["ours"])
+    head = f"完整的 {cfg['geometry']['num_hidden_layers']} 层模型（AdamW、激活检查点，篇 2 §6.2）上，"
+    if not fused or not ours:
+        return cat(head, prose.join(label(c) for c in (FUSED, cfg["ours"]) if c not in by_name), "没有跑成。") + "\n"
+    f = tables.fmt
+    numbers = f"{f(fused['step'], 4)} ms 对 {f(ours['step'], 4)} ms"
+    if level(fused, ours, resolution):
+        return (head + f"融合版与生产版也持平（{numbers}，相差小于这套测法能分辨的 {prose.pct(resolution, 1)}）；"
+                f"峰值显存 {f(fused['peak'], 3)} GiB 对 {f(ours['peak'], 3)} GiB。\n")
+    ratio = fused["step"] / ours["step"]
+    return head + f"融合版比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}（{numbers}）。\n"
+
+
 def render_summary(load) -> dict[str, str]:
-    return {"fullsize_sentence.md": sentence(load(NAME), load(STEP))}
+    full, step = load(NAME), load(STEP)
+    return {"fullsize_sentence.md": sentence(full, step), "fullsize_fused_add.md": fused_add_sentence(full, step)}

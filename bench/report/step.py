@@ -26,14 +26,17 @@ def contender_rows(data: dict) -> list[dict]:
         row = {"contender": contender, "label": record.get("label", contender), "status": record["status"]}
         if record["status"] == "ok":
             step = record["median_ms"]
-            rms = record["profile"].get("rmsnorm_ms")
-            row.update(step=step, lo=record["min_ms"], hi=record["max_ms"], peak=record.get("peak_gib"),
+            profile = record.get("profile") or {}
+            rms = profile.get("rmsnorm_ms")
+            lo, hi = record.get("ci95_ms") or (record["min_ms"], record["max_ms"])  # older files: min–max
+            row.update(step=step, lo=lo, hi=hi, interval="ci95_ms" in record, gpu=profile.get("device_ms"),
+                       processes=record.get("processes", 1), peak=record.get("peak_gib"),
                        loss=record.get("loss"), tokens_per_s=record.get("tokens_per_s"),
                        speedup=base_ms / step if base_ms else None, rms=rms,
                        share=rms / step if rms is not None else None,
                        without=step - rms if rms is not None else None,
                        bound=step / (step - rms) if rms is not None and rms < step else None,
-                       method=record["profile"].get("method"))
+                       method=profile.get("method"))
         else:
             row["reason"] = record.get("reason", "")
         rows.append(row)
@@ -54,6 +57,27 @@ def geometry_zh(data: dict) -> str:
     return f"Qwen3-{cfg['model']['size']} 几何、{cfg.get('geometry', {}).get('num_hidden_layers')} 层"
 
 
+def _interval_head(data: dict) -> str:
+    return "95% 区间（ms）" if config(data)["tie_rule"] == "ci95_disjoint" else "区间（ms）"
+
+
+def timing_zh(data: dict) -> str:
+    """How the step times were taken, and what the run can resolve."""
+    cfg = config(data)
+    if cfg["tie_rule"] != "ci95_disjoint":
+        return f"CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。"
+    late, rounds = cfg.get("late_rounds") or [], cfg.get("rounds", 1)
+    text = (f"CUDA event 计时：每档在 {rounds} 个新进程里各跑 {cfg['warmup']} 步预热、{cfg['timed_steps']} 步计时，"
+            f"各档交错进行；中位数取全部 {rounds * cfg['timed_steps']} 步，95% 区间为两级 bootstrap（先抽进程、再抽步）；"
+            "区间重叠的两档算持平")
+    if cfg.get("resolution") is not None:
+        text += f"，本次能分辨的最小差约为一步的 {prose.pct(cfg['resolution'], 1)}"
+    text += "。GPU 时间为第 1 轮一个 profiler 记录的 step 中全部 kernel 时间之和。"
+    if late:
+        text += prose.glue(prose.join(label(c) for c in late), "的第 3 轮超出单次预算，随后在同一台机器上单独补跑。")
+    return text
+
+
 def _caption(data: dict) -> str:
     cfg = data["config"]
     g = cfg.get("geometry", {})
@@ -61,26 +85,50 @@ def _caption(data: dict) -> str:
             f"head_dim {g.get('head_dim')}、词表 {g.get('vocab_size')}），B={cfg['batch']}，T={cfg['seq_len']}，"
             f"{cfg['dtype']}，{cfg.get('attention', 'sdpa')} 注意力，激活检查点"
             f"{'开' if cfg['activation_checkpointing'] else '关'}；一步 = zero_grad + 带 labels 的 forward + backward，"
-            f"不含优化器更新；CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。")
+            f"不含优化器更新；" + timing_zh(data))
 
 
 def _ok(rows: list[dict]) -> dict[str, dict]:
     return {r["contender"]: r for r in rows if r["status"] == "ok"}
 
 
-def fused_add_relation(fused: dict, ours: dict, within: float) -> str:
-    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add contender's step against the plain Triton one's.
+def disjoint(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two intervals that do not overlap (the rule of bench/harness/stats.py; reports import nothing from the
+    measuring side)."""
+    return a[1] < b[0] or b[1] < a[0]
 
-    Within ``within`` (the run's tie rule) is a tie; a larger gap inside both contenders' min–max ranges
-    is said to be within the noise.
-    """
-    ratio = fused["step"] / ours["step"]
-    if abs(ratio - 1) < within:
-        return f"与生产版持平（相差不到 {prose.pct(within)}）"
-    text = f"比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
-    if fused["lo"] <= ours["hi"] and ours["lo"] <= fused["hi"]:
-        text += "，但仍在两档各自的波动区间之内"
-    return text
+
+def level(a: dict, b: dict, cfg: dict) -> bool:
+    """Two contenders' steps count as level: with the ci95_disjoint rule, unless their 95 % intervals are
+    disjoint; with a ratio rule (older files), within its distance from 1."""
+    if cfg["tie_rule"] == "ci95_disjoint":
+        return not disjoint((a["lo"], a["hi"]), (b["lo"], b["hi"]))
+    return abs(a["step"] / b["step"] - 1) < tie(cfg)
+
+
+def faster(a: dict, b: dict, cfg: dict) -> bool:
+    """``a``'s step is shorter than ``b``'s by more than the run can resolve."""
+    return a["step"] < b["step"] and not level(a, b, cfg)
+
+
+def interval_zh(row: dict) -> str:
+    """'415.3–420.9 ms' : the row's 95 % interval."""
+    return f"{tables.fmt(row['lo'], 4)}–{tables.fmt(row['hi'], 4)} ms"
+
+
+def relation(a: dict, b: dict, cfg: dict, name_b: str) -> str:
+    """'比 B 快 2.3%（区间 …，不重叠）' or '与 B 持平（95% 区间重叠：…）'."""
+    if level(a, b, cfg):
+        if cfg["tie_rule"] == "ci95_disjoint":
+            return f"与{name_b}持平（95% 区间 {interval_zh(a)} 与 {interval_zh(b)} 重叠）"
+        return f"与{name_b}持平（相差不到 {prose.pct(tie(cfg))}）"
+    ratio = a["step"] / b["step"]
+    return f"比{name_b}{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
+
+
+def fused_add_relation(fused: dict, ours: dict, cfg: dict) -> str:
+    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add contender's step against the plain Triton one's."""
+    return relation(fused, ours, cfg, "生产版")
 
 
 def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
@@ -94,10 +142,10 @@ def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
         return f"{geometry_zh(data)}的一步训练：{prose.join(label(t) for t in missing)}这一档{verb}。"
     f = tables.fmt
     text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
-            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, tie(config(data)))}")
-    if ours["rms"] is not None and fused["rms"] is not None:
-        text += (f"；生产版的一步里 RMSNorm 占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms），融合后 RMSNorm "
-                 f"连同被融合的加法占 {prose.pct(fused['share'], 1)}（{f(fused['rms'], 3)} ms）")
+            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, config(data))}")
+    if ours["rms"] is not None:
+        text += (f"；生产版的一步里 RMSNorm 只占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms，"
+                 "一个 profiler 记录的 step）")
         if ours["share"] < SMALL_SHARE:
             text += "，step 层面能省的本来就不多"
     return text + "。"
@@ -116,7 +164,7 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
             body.append([label(contender), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
                          prose.times(r["speedup"]) if r["speedup"] else "—",
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
-    table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "相对生产版"], body, "lrrrr")
+    table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), "相对 HF eager", "相对生产版"], body, "lrrrr")
     return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + _caption(data),
                       fused_add_takeaway(data, rows))
 
@@ -133,17 +181,22 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
              f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
     if "torch_rmsnorm" in ok:
         parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
+    if "torch_rmsnorm" in ok and not level(ours, ok["torch_rmsnorm"], cfg):
+        parts[-1] += "，" + relation(ours, ok["torch_rmsnorm"], cfg, " F.rms_norm ").replace("比 ", "生产版比 ", 1)
     if "triton_fwd" in ok:
-        fwd = ok["triton_fwd"]["speedup"]
-        parts.append(f"只换 forward 是 {prose.times(fwd)}，" + ("没有收益" if fwd < 1 + tie(cfg) else "收益小于两者都换"))
+        fwd = ok["triton_fwd"]
+        parts.append(f"只换 forward 是 {prose.times(fwd['speedup'])}，"
+                     + ("与 HF eager 持平" if level(fwd, base, cfg) else "收益小于两者都换"))
     if FUSED_ADD in ok:
         parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
-                     + fused_add_relation(ok[FUSED_ADD], ours, tie(cfg)))
-    faster = [t for t in ("compile", "triton_compile", "liger")
-              if t in ok and ok[t]["step"] < ours["step"] * (1 - tie(cfg))]
-    if faster:
-        parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in faster)
-                     + " 都更快：它们融合的不止 RMSNorm")
+                     + fused_add_relation(ok[FUSED_ADD], ours, cfg))
+    quicker = [t for t in ("compile", "triton_compile", "liger") if t in ok and faster(ok[t], ours, cfg)]
+    if quicker:
+        parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in quicker)
+                     + " 都更快（95% 区间与生产版不重叠）")
+    top = [t for t in quicker if not any(faster(ok[u], ok[t], cfg) for u in quicker)]
+    if len(top) > 1:
+        parts.append(prose.join(label(t) for t in top) + " 之间分不出快慢（区间重叠）")
     return "；".join(parts) + "。"
 
 
@@ -165,6 +218,10 @@ def _share_takeaway(data: dict, rows: list[dict]) -> str:
     fused = ok.get(FUSED_ADD)
     if fused and fused["rms"] is not None:
         text += f"；融合残差加法后占 {prose.pct(fused['share'], 1)}（{f(fused['rms'])} ms，含被融合的加法）"
+    beyond = [t for t in ("compile", "liger") if t in ok and base["lo"] / ok[t]["hi"] > base["bound"]]
+    if beyond:
+        text += ("。" + prose.join(f"{label(t)}（{prose.times(ok[t]['speedup'])}）" for t in beyond)
+                 + "超过了这个上限（取 95% 区间的保守端也超过），多出的收益只能来自 RMSNorm 以外的算子")
     return text + "。"
 
 
@@ -175,16 +232,17 @@ def render(data: dict) -> dict[str, str]:
     step_rows, detail_rows = [], []
     for r in rows:
         if r["status"] != "ok":
-            step_rows.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—"])
+            step_rows.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—", "—"])
             detail_rows.append([label(r["contender"]), "—", "—"])
             continue
         step_rows.append([
             label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+            f(r["gpu"], 4) if r["gpu"] is not None else "—",
             prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
         ])
         detail_rows.append([label(r["contender"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
-    step_table = tables.md_table(["档位", "step（ms，中位数）", "区间（ms）", "相对 HF eager", "峰值显存（GiB）"],
-                                 step_rows, "lrrrr")
+    step_table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), "GPU 时间（ms / step）",
+                                  "相对 HF eager", "峰值显存（GiB）"], step_rows, "lrrrrr")
     cfg = data["config"]
     detail_table = tables.md_table(["档位", "tokens/s", "第一步 loss"], detail_rows, "lrr")
 

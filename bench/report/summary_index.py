@@ -1,50 +1,61 @@
-"""The home page's headline figure, from step.json: what the site's patch (篇2's production RMSNorm, forward
-and backward) does to one training step against HF eager, with the setup it was measured in.
+"""The home page's headline figure, from fullsize.json: what the site's RMSNorm (篇2's production kernel, forward
+and backward) does to the reader's job, full-depth Qwen3-8B with AdamW and activation checkpointing, against HF
+eager, in tokens per second, with the setup it was measured in.
 
-``render_summary(load)`` is called by ``bench/report/render.py``; without step.json it is skipped. A
-speed-up is said only where the two contenders' step-time ranges (``contender_rows``' lo–hi) do not overlap;
-otherwise the headline says the two are level.
+``render_summary(load)`` is called by ``bench/report/render.py``; without fullsize.json it is skipped. A
+speed-up is said only where the two contenders' 95 % intervals are disjoint and their medians differ by more
+than the step experiment's resolvable difference (step.json ``config.resolution``: process-to-process spread,
+which one process per contender cannot show); otherwise the headline says the two are level.
 """
 from __future__ import annotations
 
 from bench.report import prose, tables
-from bench.report.step import config, contender_rows, geometry_zh, label
+from bench.report.step import disjoint
 
 LINK = "triton-rmsnorm.md#62-分档-step-实测"
+NAMES = {"eager": "HF eager", "triton": "本站 RMSNorm", "liger_triton": "Liger 全套补丁加本站 RMSNorm"}
 
 
-def _where(step: dict) -> str:
+def _where(data: dict) -> str:
     """'1 张 H200 上'."""
-    env = step["environment"]
+    env = data["environment"]
     gpu = (env.get("gpu") or "").replace("NVIDIA ", "")
     return f"{env.get('gpu_count', 1)} 张 {gpu} 上" if gpu else "CPU 上"
 
 
-def headline(step: dict) -> str:
-    """One sentence: the baseline's and ours' step time, the speed-up, and the setup."""
-    cfg = config(step)
-    ok = {r["contender"]: r for r in contender_rows(step) if r["status"] == "ok"}
-    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
-    cfg_words = f"{tables.dtype_short(cfg['dtype'])}，B={cfg['batch']}，T={cfg['seq_len']}"
-    where = f"{_where(step)}训练 {geometry_zh(step)}的模型（{cfg_words}）"
+def apart(a: dict, b: dict, resolution: float) -> bool:
+    """Disjoint 95 % intervals and medians further apart than the resolvable difference."""
+    gap = abs(a["median_ms"] / b["median_ms"] - 1)
+    return disjoint(tuple(a["ci95_ms"]), tuple(b["ci95_ms"])) and gap > resolution
+
+
+def headline(fullsize: dict, step: dict) -> str:
+    """One sentence: HF eager's and ours' tokens/s, the speed-up, MFU, and the setup."""
+    cfg, res = fullsize["config"], fullsize["results"]
+    resolution = step["config"].get("resolution") or 0.0
+    g = cfg["geometry"]
+    where = (f"{_where(fullsize)}训练完整的 Qwen3-{cfg['model']['size']}（{g['num_hidden_layers']} 层，"
+             f"{tables.dtype_short(cfg['dtype'])}，AdamW，激活检查点，每步 {cfg['batch']}×{cfg['seq_len']} 个 token）")
     more = f"与 torch.compile、Liger 的对比见[篇 2 §6.2]({LINK})"
-    if not base or not ours:
-        missing = prose.join(label(c) for c in (cfg["baseline"], cfg["ours"]) if c not in ok)
+    base, ours = res.get(cfg["baseline"], {}), res.get(cfg["ours"], {})
+    if base.get("status") != "ok" or ours.get("status") != "ok":
+        missing = prose.join(NAMES[c] for c in (cfg["baseline"], cfg["ours"]) if res.get(c, {}).get("status") != "ok")
         return f"**实测：** {where}，{missing}没有结果；{more}。\n"
-    f = tables.fmt
-    # lo–hi: contender_rows' range of the timed steps (min–max); a faster claim needs them apart
-    apart = ours["hi"] < base["lo"] or base["hi"] < ours["lo"]
-    if apart:
-        faster = ours["step"] < base["step"]
-        result = (f"从 {label(cfg['baseline'])} 的 {f(base['step'], 4)} ms {'降到' if faster else '升到'} "
-                  f"{f(ours['step'], 4)} ms，{'快' if faster else '慢'} "
-                  f"{prose.times(max(ours['speedup'], 1 / ours['speedup']))}（两者各 {cfg['timed_steps']} 步的用时范围不重叠）")
+    f = lambda v: f"{v:,.0f}"  # noqa: E731
+    if apart(ours, base, resolution):
+        ratio = ours["tokens_per_s"] / base["tokens_per_s"]
+        result = (f"每秒 token 数从 {NAMES['eager']} 的 {f(base['tokens_per_s'])} {'升到' if ratio > 1 else '降到'} "
+                  f"{f(ours['tokens_per_s'])}（{prose.times(ratio)}），MFU 从 {prose.pct(base['mfu'], 1)} 到 "
+                  f"{prose.pct(ours['mfu'], 1)}")
     else:
-        result = (f"是 {f(ours['step'], 4)} ms，{label(cfg['baseline'])} 是 {f(base['step'], 4)} ms，"
-                  f"两者各 {cfg['timed_steps']} 步的用时范围重叠，算持平")
+        result = f"每秒 token 数 {f(ours['tokens_per_s'])}，与 {NAMES['eager']} 的 {f(base['tokens_per_s'])} 持平"
+    both = res.get("liger_triton", {})
+    if both.get("status") == "ok":
+        result += (f"；与 Liger 的全套补丁叠加是 {f(both['tokens_per_s'])}"
+                   f"（{prose.times(both['tokens_per_s'] / base['tokens_per_s'])}）")
     return (f"**实测：** {where}，把 HF 的 RMSNorm 换成本站手写的 Triton kernel（forward + backward），"
-            f"一步{result}；{more}。\n")
+            f"{result}；{more}。\n")
 
 
 def render_summary(load) -> dict[str, str]:
-    return {"index_headline.md": headline(load("step"))}
+    return {"index_headline.md": headline(load("fullsize"), load("step"))}

@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 
 from bench import store
-from bench.report import fused_add, prose, rmsnorm, tables
+from bench.report import fullsize, fused_add, prose, rmsnorm, tables
 from bench.report.fsdp2 import contender_id
 from bench.report.names import OP_LABELS, STEP_LABELS, TRAINING_LABELS, precision_zh, tie
 from bench.report.p1_roofline import ridge_flop_per_byte
 from bench.report.rmsnorm import vs_best_peer
 from bench.report.step import config as step_config
 from bench.report.step import contender_rows, fused_add_takeaway, geometry_zh
+from bench.report.step import faster as step_faster, level as step_level, relation as step_relation
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -23,7 +24,7 @@ DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py);
 # fused_add_sweep.json: the fused add at width_sweep's 43 widths (bench/exp_fused_add_sweep.py);
 # compile.json: both modules eager vs torch.compile (bench/exp_compile.py).
-OPTIONAL_DATA = ("width_sweep", "fused_add", "fused_add_sweep", "compile")
+OPTIONAL_DATA = ("width_sweep", "fused_add", "fused_add_sweep", "compile", "fullsize", "host")
 
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
@@ -79,8 +80,52 @@ def _steps(data: dict) -> dict[str, dict]:
     return {r["contender"]: r for r in contender_rows(data) if r["status"] == "ok"}
 
 
-def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
-    """The 要点 box: what to do first, each point with one or two numbers from the data."""
+def _full_ok(full: dict | None) -> dict[str, dict]:
+    return {r["contender"]: r for r in fullsize.rows(full) if r["status"] == "ok"} if full else {}
+
+
+def _full_words(full: dict) -> str:
+    return f"完整的 {full['config']['geometry']['num_hidden_layers']} 层模型（AdamW、激活检查点）"
+
+
+def _full_liger(full: dict | None, resolution: float) -> str:
+    """'；完整的 36 层模型（…）上每秒 token 数是 HF eager 的 1.27×，再换上本站 RMSNorm 是 1.28×（与它持平）'."""
+    ok = _full_ok(full)
+    base, liger = ok.get("eager"), ok.get("liger")
+    if not base or not liger:
+        return ""
+    text = f"；{_full_words(full)}上每秒 token 数是 HF eager 的 {prose.times(liger['speedup'])}"
+    both = ok.get("liger_triton")
+    if both:
+        text += f"，再换上本站 RMSNorm 是 {prose.times(both['speedup'])}"
+        text += "（与它持平）" if fullsize.level(both, liger, resolution) else ""
+    return text
+
+
+def _full_ours(full: dict | None) -> str:
+    ok = _full_ok(full)
+    base, ours = ok.get("eager"), ok.get("triton")
+    if not base or not ours:
+        return ""
+    return f"；{_full_words(full)}上每秒 token 数是 {prose.times(ours['speedup'])}"
+
+
+def _host_clause(host: dict | None) -> str:
+    """'（GPU 时间；算上主机开销，单次调用在 3 个形状上比 F.rms_norm 慢 2.2–3.7 倍，训练 step 里被 GPU 工作盖住，见 §6.2）'."""
+    if not host:
+        return ""
+    slower = [s["fwd_bwd"]["triton"]["wall_us"] / s["fwd_bwd"]["torch_rms_norm"]["wall_us"]
+              for s in host["results"]["shapes"] if {"triton", "torch_rms_norm"} <= set(s["fwd_bwd"])]
+    slower = [r for r in slower if r > 1]
+    if not slower:
+        return "（GPU 时间；算上主机开销也不比 F.rms_norm 慢）"
+    return (f"（GPU 时间；算上主机开销，单次调用在 {len(slower)} 个形状上比 F.rms_norm 慢 "
+            f"{prose.times_span(slower, 1)} 倍，训练 step 里被 GPU 工作盖住，见 §6.2）")
+
+
+def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host: dict | None = None) -> list[str]:
+    """The 要点 box: what to do first, each point with one or two numbers from the data; ``full``
+    (fullsize.json), where measured, adds the full-depth job's figures."""
     points = []
     ok, cfg = _steps(step), step_config(step)
     base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
@@ -88,14 +133,14 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
     if "compile" in ok:
         text = f"能编译就先用 torch.compile：{geometry_zh(step)}的一步是 HF eager 的 {prose.times(ok['compile']['speedup'])}"
         if both_compiled:
-            ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
-            text += ("；把生产版放进编译过的层里，一步" + ("不再更快" if ratio > 1 - tie(cfg) else "再快")
+            text += ("；把生产版放进编译过的层里，一步"
+                     + ("再快" if step_faster(ok["triton_compile"], ok["compile"], cfg) else "不再更快")
                      + f"（{prose.times(ok['triton_compile']['speedup'])}）")
         points.append(text + "。")
     if "liger" in ok and base and ok["liger"]["peak"] is not None and base["peak"] is not None:
         points.append(f"要换掉整套算子、省下 logits 的显存，用 Liger 的全套补丁：一步 {prose.times(ok['liger']['speedup'])}，"
                       f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
-                      f"（只取 {step['config']['geometry']['num_hidden_layers']} 层，lm_head 与交叉熵的份额偏大，它的收益也随之偏大）。")
+                      + _full_liger(full, cfg.get("resolution") or 0.0) + "。")
     fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
     level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
     fwd_vs_peer = (f"与最快的对手持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
@@ -107,10 +152,12 @@ def keypoints(rms: dict, step: dict, loss: dict) -> list[str]:
         text += (f"在全部 {len(both)} 个形状上最快，最快的对手用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
     else:
         text += rmsnorm.compare(rms, both)
+    text += _host_clause(host)
     if base and ours:
         text += f"；换进训练，一步是 HF eager 的 {prose.times(ours['speedup'])}"
         if "torch_rmsnorm" in ok:
             text += f"（F.rms_norm {prose.times(ok['torch_rmsnorm']['speedup'])}）"
+        text += _full_ours(full)
     points.append(text + "。")
     # No point on the forward-only tier: its backward recomputes the forward, so it gains nothing by construction,
     # and the fairer variant (keep rstd, differentiate with a few torch ops) was not measured (篇2 §5.2).
@@ -216,15 +263,13 @@ def conclusion(rms: dict, step: dict) -> str:
         text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
                  f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
                  f"（{prose.times(mine['speedup'])}）")
-        faster = [t for t in ("compile", "liger") if t in ok and ok[t]["step"] < mine["step"]]
+        faster = [t for t in ("compile", "liger") if t in ok and step_faster(ok[t], mine, cfg)]
         if faster:
             text += (f"，{_names(faster)}更快"
                      f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
         if "triton_compile" in ok and "compile" in ok:
-            ratio = ok["triton_compile"]["step"] / ok["compile"]["step"]
-            relation = (f"持平（相差不到 {prose.pct(tie(cfg))}）" if abs(ratio - 1) < tie(cfg)
-                        else f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1))}")
-            text += f"；生产版 + torch.compile 与单独的 torch.compile {relation}"
+            text += "；生产版 + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
+                                                               "单独的 torch.compile ")
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
                f"训练 step 列：{geometry_zh(step)}，B={step['config']['batch']}，T={step['config']['seq_len']}，"
                "一步 = zero_grad + forward + backward；Liger 一行的 step 用的是 apply_liger_kernel_to_qwen3() 的全套补丁"
@@ -254,7 +299,7 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
     rows = contender_rows(step)
     ok, cfg = _steps(step), step_config(step)
     fused_step, ours_step = ok.get("triton_fused_add"), ok.get(cfg["ours"])
-    level = (fused_step and ours_step and abs(fused_step["step"] / ours_step["step"] - 1) < tie(cfg))
+    level = fused_step and ours_step and step_level(fused_step, ours_step, cfg)
     lead = "但换进训练几乎无感：" if level else "换进训练："
     points.append(lead + fused_add_takeaway(step, rows).replace("的一步训练：", "的一步训练里，", 1))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
@@ -288,7 +333,7 @@ def render_summary(load) -> dict[str, str]:
                                                                           else ()), note=versions_note(envs)),
         "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
         + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
-        "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss)),
+        "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss, data.get("fullsize"), data.get("host"))),
         "p2_conclusion.md": conclusion(rms, step),
         "p2_survey.md": survey(rms, step),
         "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),

@@ -181,7 +181,7 @@ def test_ours_level_with_the_baseline(committed):
 
 def test_the_committed_files_are_what_the_data_renders_to():
     expected = report.render(store.load("fullsize")) | report.render_summary(store.load)
-    assert set(expected) == {"fullsize_table.md", "fullsize_sentence.md"}
+    assert set(expected) == {"fullsize_table.md", "fullsize_sentence.md", "fullsize_fused_add.md"}
     for name, text in expected.items():
         assert (GENERATED_DIR / name).read_text(encoding="utf-8") == text, f"run python -m bench.render: {name}"
 
@@ -195,3 +195,20 @@ def test_a_run_without_the_gemm_ceiling_or_memory(committed):
     text = report.render(data)["fullsize_table.md"]
     assert "没有测 GEMM 上限，MFU 未算" in text and "TFLOP/s" not in text
     assert all(row[3] == "—" and row[5] == "—" for row in _body(text))
+
+
+def test_fused_add_sentence_is_level_unless_resolved():
+    import copy
+
+    from bench import store
+    from bench.report import fullsize as fs
+
+    full, step = copy.deepcopy(store.load("fullsize")), store.load("step")
+    text = fs.fused_add_sentence(full, step)
+    assert "融合版与生产版也持平" in text and text.endswith("。\n")
+    fused = full["results"]["triton_fused_add"]
+    fused["median_ms"] *= 0.95
+    fused["ci95_ms"] = [v * 0.95 for v in fused["ci95_ms"]]
+    assert "融合版比生产版快" in fs.fused_add_sentence(full, step)
+    fused["status"] = "error"
+    assert "没有跑成" in fs.fused_add_sentence(full, step)

@@ -24,7 +24,7 @@ def _set_fused(data, ratio, spread):
 
 @pytest.mark.parametrize("ratio, spread, words, absent", [
     (0.97, 0.001, "比生产版快 3.0%", "波动区间"),
-    (0.97, 0.05, "比生产版快 3.0%，但仍在两档各自的波动区间之内", None),
+    (0.97, 0.05, "比生产版快 3.0%", "波动区间"),  # a ratio rule (older files) reads the ratio only
     (1.05, 0.001, "比生产版慢 5.0%", "波动区间"),
     (0.995, 0.05, "与生产版持平（相差不到 1%）", "比生产版"),
 ])
@@ -52,7 +52,7 @@ def test_fused_add_share_clause_follows_the_data():
     step = data["results"]["triton"]["median_ms"]
     profile["rmsnorm_ms"] = 0.02 * step  # RMSNorm 2 % of the step: not much left to save
     small = report.fused_add_takeaway(data, report.contender_rows(data))
-    assert "生产版的一步里 RMSNorm 占 2.0%" in small and "step 层面能省的本来就不多" in small
+    assert "生产版的一步里 RMSNorm 只占 2.0%" in small and "step 层面能省的本来就不多" in small
     profile["rmsnorm_ms"] = 0.2 * step
     large = report.fused_add_takeaway(data, report.contender_rows(data))
     assert "占 20.0%" in large and "本来就不多" not in large
@@ -91,3 +91,35 @@ def test_the_share_sentence_stands_alone_for_the_article():
     assert sentence == rendered["step_rmsnorm_share.md"].split("\n\n")[0] + "\n"
     assert sentence.count("\n") == 1 and "|" not in sentence and sentence.rstrip().endswith("。")
     assert "Amdahl" in sentence
+
+
+def test_with_intervals_level_means_overlapping_intervals():
+    """ci95_disjoint: 3 % apart with overlapping 95 % intervals is level; a 0.5 % gap with disjoint ones is not."""
+    data = _set_fused(_step_fixture(), 0.97, 0.001)
+    data["config"]["tie_rule"] = "ci95_disjoint"
+    ours, fused = data["results"]["triton"], data["results"][report.FUSED_ADD]
+    ours["ci95_ms"] = [ours["median_ms"] * 0.96, ours["median_ms"] * 1.01]
+    fused["ci95_ms"] = [fused["median_ms"] * 0.99, fused["median_ms"] * 1.02]
+    text = report.fused_add_takeaway(data, report.contender_rows(data))
+    assert "与生产版持平（95% 区间" in text and "快 3.0%" not in text
+    data = _set_fused(_step_fixture(), 0.995, 0.001)
+    data["config"]["tie_rule"] = "ci95_disjoint"
+    ours, fused = data["results"]["triton"], data["results"][report.FUSED_ADD]
+    ours["ci95_ms"] = [ours["median_ms"] * 0.999, ours["median_ms"] * 1.001]
+    fused["ci95_ms"] = [fused["median_ms"] * 0.999, fused["median_ms"] * 1.001]
+    assert "比生产版快 0.5%" in report.fused_add_takeaway(data, report.contender_rows(data))
+    table = report.render(data)["step_time.md"]
+    assert "95% 区间（ms）" in table and "GPU 时间（ms / step）" in table
+
+
+def test_beyond_the_amdahl_bound_is_said_only_when_the_interval_clears_it():
+    from bench import store
+
+    data = store.load("step")
+    rows = report.contender_rows(data)
+    assert "超过了这个上限" in report._share_takeaway(data, rows)
+    base = data["results"]["eager"]
+    bound = next(r for r in rows if r["contender"] == "eager")["bound"]
+    for name in ("compile", "liger"):  # push each contender's slow end just under the bound
+        data["results"][name]["ci95_ms"][1] = base["ci95_ms"][0] / bound * 1.001
+    assert "超过了这个上限" not in report._share_takeaway(data, report.contender_rows(data))

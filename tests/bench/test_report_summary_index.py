@@ -1,5 +1,6 @@
-"""bench/report/summary_index.py: the home page's headline figure says what step.json says: the baseline's and
-ours' step, the speed-up only where the two ranges of timed steps are apart, the setup, and the link."""
+"""bench/report/summary_index.py: the home page's headline says what fullsize.json says: HF eager's and ours'
+tokens/s, the speed-up only where the intervals are apart by more than the resolvable difference, the setup,
+and the link."""
 from __future__ import annotations
 
 import copy
@@ -8,26 +9,25 @@ from bench import store
 from bench.report import summary_index
 
 
-def test_the_headline_is_the_committed_step_against_hf_eager():
-    data = store.load("step")
-    cfg, results, env = data["config"], data["results"], data["environment"]
-    base, ours = results[cfg["baseline"]], results[cfg["ours"]]
-    text = summary_index.headline(data)
+def test_the_headline_is_the_committed_full_size_job_against_hf_eager():
+    full, step = store.load("fullsize"), store.load("step")
+    res, env = full["results"], full["environment"]
+    base, ours, both = res["eager"], res["triton"], res["liger_triton"]
+    text = summary_index.headline(full, step)
     assert text.startswith("**实测：** ") and text.endswith("。\n") and text.count("。") == 1
-    assert (f"{env['gpu_count']} 张 {env['gpu'].replace('NVIDIA ', '')} 上训练 Qwen3-{cfg['model']['size']} 几何、"
-            f"{cfg['geometry']['num_hidden_layers']} 层的模型（bf16，B={cfg['batch']}，T={cfg['seq_len']}）") in text
-    assert f"从 HF eager 的 {base['median_ms']:.1f} ms 降到 {ours['median_ms']:.1f} ms" in text
-    assert f"快 {base['median_ms'] / ours['median_ms']:.2f}×（两者各 {cfg['timed_steps']} 步的用时范围不重叠）" in text
-    assert f"]({summary_index.LINK})" in text
+    assert f"{env['gpu_count']} 张 {env['gpu'].replace('NVIDIA ', '')} 上训练完整的 Qwen3-8B（36 层，bf16，AdamW，激活检查点" in text
+    assert (f"每秒 token 数从 HF eager 的 {base['tokens_per_s']:,.0f} 升到 {ours['tokens_per_s']:,.0f}"
+            f"（{ours['tokens_per_s'] / base['tokens_per_s']:.2f}×）") in text
+    assert f"叠加是 {both['tokens_per_s']:,.0f}" in text and f"]({summary_index.LINK})" in text
     assert summary_index.render_summary(store.load) == {"index_headline.md": text}
 
 
-def test_overlapping_ranges_are_level_and_a_missing_contender_is_named():
-    data = copy.deepcopy(store.load("step"))
-    cfg = data["config"]
-    base, ours = data["results"][cfg["baseline"]], data["results"][cfg["ours"]]
-    ours["max_ms"] = base["min_ms"] + 1
-    text = summary_index.headline(data)
-    assert "两者各 8 步的用时范围重叠，算持平" in text and "快" not in text.split("；")[0].split("kernel")[-1]
+def test_close_medians_are_level_and_a_missing_contender_is_named():
+    full, step = copy.deepcopy(store.load("fullsize")), store.load("step")
+    base, ours = full["results"]["eager"], full["results"]["triton"]
+    ours["median_ms"] = base["median_ms"] * (1 - step["config"]["resolution"] / 2)  # inside the resolution
+    ours["ci95_ms"] = [ours["median_ms"] * 0.999, ours["median_ms"] * 1.001]  # though the intervals are apart
+    text = summary_index.headline(full, step)
+    assert "持平" in text and "升到" not in text
     ours["status"] = "error"
-    assert "生产版（forward + backward）没有结果" in summary_index.headline(data)
+    assert "本站 RMSNorm没有结果" in summary_index.headline(full, step)
