@@ -39,7 +39,12 @@ def label(contender: str) -> str:
 
 
 def shape_head(entry: dict) -> str:
-    return f"{entry['label']}（{entry['rows']}×{entry['width']}）"
+    return entry["label"]
+
+
+def shapes_zh(data: dict) -> str:
+    """'H=1024 为 16384×1024，…': the shapes the short column heads stand for."""
+    return "，".join(f"{e['label']} 为 {e['rows']}×{e['width']}" for e in data["results"]["shapes"])
 
 
 def us(value: float) -> str:
@@ -78,7 +83,7 @@ def host_table(data: dict) -> str:
         body.append([label(contender), *cells])
     table = tables.md_table(["档位（主机 / 墙钟，µs）", *(shape_head(e) for e in shapes)], body)
     caption = (f"每格为一次 forward + backward（eager autograd：`fn(x).backward(dy)`）的主机时间 / 墙钟时间（µs）；"
-               f"{_timer(cfg)}；主机时间接近墙钟时间的调用是主机受限的；{_cpu(data['environment'])}")
+               f"{shapes_zh(data)}；{_timer(cfg)}；主机时间接近墙钟时间的调用是主机受限的；{_cpu(data['environment'])}")
     return prose.page(table, caption)
 
 
@@ -89,10 +94,10 @@ def breakdown_table(data: dict) -> str:
                                                      else "未运行" for e in shapes)]]
     for part, name in PARTS.items():
         body.append([name, *(us(e["ours"][part]["host_us"]) if part in e.get("ours", {}) else "—" for e in shapes)])
-    table = tables.md_table([f"{label(ours)}（主机时间，µs）", *(shape_head(e) for e in shapes)], body)
+    table = tables.md_table([f"{label(ours)}（主机 µs）", *(shape_head(e) for e in shapes)], body)
     caption = ("forward 单独调用 = 不经 autograd 的 forward（参数准备 + 一次 launch）；backward 直接调用 = 不经 autograd "
                "调用 backward 函数；一次 launch = 参数备好后经 Triton 的 Python launcher 发射一次 forward kernel；"
-               "autograd 一行是任何算子经 autograd 的 backward() 调用都要付的固定开销；" + _timer(cfg))
+               "autograd 一行是任何算子经 autograd 的 backward() 调用都要付的固定开销；" + shapes_zh(data) + "；" + _timer(cfg))
     return prose.page(table, caption)
 
 
@@ -209,5 +214,24 @@ def sentence(data: dict, step: dict) -> str:
     return text + "\n"
 
 
+def short_sentence(data: dict, step: dict) -> str:
+    """篇2 §6.2's one sentence: where ours' host-inclusive call is slower than F.rms_norm's, and when that matters."""
+    ours, torch_name = data["config"]["ours"], "torch_rms_norm"
+    ratios = [e["fwd_bwd"][ours]["wall_us"] / e["fwd_bwd"][torch_name]["wall_us"] for e in data["results"]["shapes"]
+              if {ours, torch_name} <= set(e["fwd_bwd"]) and differ(e["fwd_bwd"][ours], e["fwd_bwd"][torch_name])]
+    slower = [r for r in ratios if r > 1]
+    link = "（拆分见[测法页](triton-rmsnorm-methods.md#六-step-实测)）"
+    if not slower:
+        return f"含主机开销，生产版单次 forward + backward 在所测形状上都不慢于 F.rms_norm{link}。\n"
+    text = (f"含主机开销，生产版单次 forward + backward 在 {len(slower)} 个形状上慢于 F.rms_norm"
+            f"（墙钟时间是它的 {prose.times_span(slower, 1)} 倍，调用受主机限制）")
+    res = step["results"]
+    mine, theirs = res.get(step["config"].get("ours", "triton"), {}), res.get("torch_rmsnorm", {})
+    if mine.get("ci95_ms") and theirs.get("ci95_ms") and mine["ci95_ms"][1] < theirs["ci95_ms"][0]:
+        text += "；GPU 受限的 8 层训练 step 里它仍比 F.rms_norm 快（95% 区间不重叠）"
+    return text + f"；小模型、短序列这类主机跟不上 GPU 的设置则要付这笔开销{link}。\n"
+
+
 def render_summary(load) -> dict[str, str]:
-    return {"host_sentence.md": spaced(sentence(load(NAME), load(STEP)))}
+    data, step = load(NAME), load(STEP)
+    return {"host_sentence.md": spaced(sentence(data, step)), "host_short.md": spaced(short_sentence(data, step))}

@@ -67,14 +67,13 @@ def timing_zh(data: dict) -> str:
     if cfg["tie_rule"] != "ci95_disjoint":
         return f"CUDA event 计时，{cfg['warmup']} 步预热后 {cfg['timed_steps']} 步的中位数。"
     late, rounds = cfg.get("late_rounds") or [], cfg.get("rounds", 1)
-    text = (f"CUDA event 计时：每档在 {rounds} 个新进程里各跑 {cfg['warmup']} 步预热、{cfg['timed_steps']} 步计时，"
-            f"各档交错进行；中位数取全部 {rounds * cfg['timed_steps']} 步，95% 区间为两级 bootstrap（先抽进程、再抽步）；"
-            "区间重叠的两档算持平")
+    text = (f"CUDA event 计时：每档 {rounds} 个新进程、各 {cfg['timed_steps']} 步（{cfg['warmup']} 步预热，各档交错），"
+            "中位数与 95% 区间（两级 bootstrap，见测法页）；区间重叠算持平")
     if cfg.get("resolution") is not None:
         text += f"，本次能分辨的最小差约为一步的 {prose.pct(cfg['resolution'], 1)}"
-    text += "。GPU 时间为第 1 轮一个 profiler 记录的 step 中全部 kernel 时间之和。"
+    text += "。GPU 时间取自第 1 轮一个 profiler 记录的 step。"
     if late:
-        text += prose.glue(prose.join(label(c) for c in late), "的第 3 轮超出单次预算，随后在同一台机器上单独补跑。")
+        text += prose.glue(prose.join(label(c) for c in late), "的第 3 轮事后补跑。")
     return text
 
 
@@ -274,6 +273,8 @@ def render(data: dict) -> dict[str, str]:
             + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + _caption(data), _share_takeaway(data, rows)),
         "step_rmsnorm_share_sentence.md": _share_takeaway(data, rows) + "\n",
+        "step_time_sentence.md": _step_takeaway(data, rows).removesuffix("。")
+        + "（逐档的表与区间见[测法页](triton-rmsnorm-methods.md#六-step-实测)）。\n",
         "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }

@@ -40,8 +40,8 @@ def test_the_table_rows_are_contenders_and_the_columns_shapes(committed):
     text = rendered["host_table.md"]
     shapes = data["results"]["shapes"]
     header = next(line for line in text.splitlines() if line.startswith("|"))
-    assert [c.strip() for c in header.strip("|").split("|")][1:] == [
-        f"{e['label']}（{e['rows']}×{e['width']}）" for e in shapes]
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == [e["label"] for e in shapes]
+    assert all(f"{e['label']} 为 {e['rows']}×{e['width']}" in text for e in shapes)  # the caption names the shapes
     rows = _body(text)
     assert [r[0] for r in rows] == [report.label(c) for c in data["config"]["contenders"]]
     for row, contender in zip(rows, data["config"]["contenders"]):
@@ -141,6 +141,17 @@ def test_a_step_the_host_run_does_not_cover(committed):
 
 def test_the_committed_files_are_what_the_data_renders_to():
     expected = report.render(store.load("host")) | report.render_summary(store.load)
-    assert set(expected) == {"host_table.md", "host_breakdown.md", "host_sentence.md"}
+    assert set(expected) == {"host_table.md", "host_breakdown.md", "host_sentence.md", "host_short.md"}
     for name, text in expected.items():
         assert (GENERATED_DIR / name).read_text(encoding="utf-8") == text, f"run python -m bench.render: {name}"
+
+
+def test_the_short_sentence_follows_the_data():
+    import copy
+
+    data, step = copy.deepcopy(store.load("host")), store.load("step")
+    text = report.short_sentence(data, step)
+    assert "在 3 个形状上慢于 F.rms_norm" in text and "仍比 F.rms_norm 快（95% 区间不重叠）" in text
+    for entry in data["results"]["shapes"]:  # ours as fast as F.rms_norm everywhere: nothing to warn about
+        entry["fwd_bwd"]["triton"] = dict(entry["fwd_bwd"]["torch_rms_norm"])
+    assert "都不慢于 F.rms_norm" in report.short_sentence(data, step)

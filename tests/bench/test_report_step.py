@@ -79,7 +79,9 @@ def test_a_tie_is_what_the_run_s_rule_says():
 def test_renders_from_the_quick_run(quick_step):
     rendered = report.render(quick_step)
     assert set(rendered) == {"step_time.md", "step_detail.md", "step_rmsnorm_share.md", "step_rmsnorm_share_sentence.md",
-                             "step_fused_add.md", "step_time.svg"}
+                             "step_time_sentence.md", "step_fused_add.md", "step_time.svg"}
+    # the article's sentence is the methods page's table's sentence, with a link to the table
+    assert rendered["step_time_sentence.md"].startswith(rendered["step_time.md"].split("\n\n")[0].removesuffix("。"))
     check_artifacts(rendered)
     assert report.label("triton_fused_add") in rendered["step_fused_add.md"]
 
