@@ -32,22 +32,17 @@ model work). Peak memory: ``torch.cuda.max_memory_allocated`` over the timed ste
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import time
-import traceback
 
 import torch
 from transformers import Qwen3ForCausalLM
 
-from bench import ROOT
 from bench.harness import mode, stats
-from bench.harness.record import worker_args
-from qwen3_configs import qwen3_config, tiny_qwen3_config
+from bench.harness.training import (ContenderSkipped, build_config, norm_class, run_contender_process,
+                                    write_child_record)
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
@@ -83,14 +78,6 @@ def fullsize_config(quick: bool) -> dict:
                 warmup=3, timed_steps=30, lr=1e-5, quick=False)
 
 
-def build_config(spec: dict):
-    overrides = {k: v for k, v in spec.items() if k != "size"}
-    overrides.update(use_cache=False, attn_implementation="sdpa")
-    if spec["size"] == "tiny":
-        return tiny_qwen3_config(**overrides)
-    return qwen3_config(spec["size"], **overrides)
-
-
 def model_flops_per_token(config, seq_len: int) -> float:
     """6 x matmul parameters + causal attention's score and value products, forward + backward."""
     h, layers = config.hidden_size, config.num_hidden_layers
@@ -101,10 +88,6 @@ def model_flops_per_token(config, seq_len: int) -> float:
     return 6 * matmul_params + 6 * layers * seq_len * attn
 
 
-class ContenderSkipped(Exception):
-    """The contender cannot run here; the reason is recorded."""
-
-
 def quack_norm_class():
     """A Qwen3RMSNorm with quack's autograd-aware RMSNorm (CuTe-DSL; CUDA only)."""
     try:
@@ -112,17 +95,11 @@ def quack_norm_class():
     except Exception as error:
         raise ContenderSkipped(f"quack not importable: {error!r}") from error
 
-    class QuackQwen3RMSNorm(torch.nn.Module):  # "RMSNorm" in the name: HF's _init_weights fills ones
-        def __init__(self, hidden_size, eps=1e-6):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(hidden_size))
-            self.variance_epsilon = eps
+    def quack_norm(hidden_states, weight, eps):
+        rows = hidden_states.reshape(-1, hidden_states.shape[-1])
+        return rmsnorm(rows, weight, eps=eps).view(hidden_states.shape)
 
-        def forward(self, hidden_states):
-            rows = hidden_states.reshape(-1, hidden_states.shape[-1])
-            return rmsnorm(rows, self.weight, eps=self.variance_epsilon).view(hidden_states.shape)
-
-    return QuackQwen3RMSNorm
+    return norm_class("QuackQwen3RMSNorm", quack_norm)
 
 
 def _liger(**options):
@@ -232,16 +209,7 @@ def run_child(contender: str, args, out: pathlib.Path) -> None:
     def log(message):
         print(f"  [fullsize:{contender}] {message}", flush=True)
 
-    record = {"contender": contender, "label": CONTENDERS[contender]}
-    try:
-        record.update(measure_contender(contender, cfg, device, log=log), status="ok")
-    except ContenderSkipped as reason:
-        record.update(status="skipped", reason=str(reason))
-        log(f"skipped: {reason}")
-    except Exception as error:
-        record.update(status="error", reason=repr(error)[:500], traceback=traceback.format_exc()[-3000:])
-        log(f"FAILED: {error!r}")
-    out.write_text(json.dumps(record), encoding="utf-8")
+    write_child_record(contender, CONTENDERS[contender], lambda: measure_contender(contender, cfg, device, log=log), out, log)
 
 
 def gemm_ceiling_tflops(device: str, n: int = 8192, reps: int = 10) -> float | None:
@@ -305,22 +273,9 @@ def run(args) -> dict:
                                       "reason": f"time budget of {budget_s:.0f} s used up"}
                 continue
             print(f" fullsize contender {index}/{len(contenders)}: {contender} ({left:.0f} s left)", flush=True)
-            out = pathlib.Path(tmp) / f"{contender}.json"
-            command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
-            if args.quick:
-                command.append("--quick")
-            start = time.perf_counter()
             timeout = min(CHILD_TIMEOUT_S.get(contender, 130), left)
-            try:
-                subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
-                record = json.loads(out.read_text(encoding="utf-8"))
-            except subprocess.TimeoutExpired:
-                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                          "reason": f"timed out after {timeout:.0f} s"}
-            except (OSError, ValueError) as error:
-                record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                          "reason": f"child process wrote no result: {error!r}"}
-            record["wall_s"] = round(time.perf_counter() - start, 1)
+            record = run_contender_process(NAME, contender, CONTENDERS[contender], pathlib.Path(tmp) / f"{contender}.json",
+                                           timeout, ("--quick",) if args.quick else ())
             results[contender] = summarise(record, cfg, ceiling)
     model = build_config(cfg["model"])
     cfg["geometry"] = {k: getattr(model, k) for k in (

@@ -59,25 +59,21 @@ RMSNorm share, from one profiled step (torch.profiler, CPU + CUDA activities):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import traceback
 
 import torch
 from torch.autograd import DeviceType
 from transformers import Qwen3ForCausalLM
 
-from bench import ROOT
 from bench.harness import mode, stats, timers
-from bench.harness.record import worker_args
-from qwen3_configs import qwen3_config, rmsnorm_count, tiny_qwen3_config
+from bench.harness.training import (ContenderSkipped, build_config, norm_class, run_contender_process,
+                                    write_child_record)
+from qwen3_configs import rmsnorm_count
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
@@ -116,32 +112,11 @@ def step_config(quick: bool) -> dict:
                 profiled_steps=1, activation_checkpointing=False, quick=False)
 
 
-def build_config(spec: dict):
-    overrides = {k: v for k, v in spec.items() if k != "size"}
-    overrides.update(use_cache=False, attn_implementation="sdpa")
-    if spec["size"] == "tiny":
-        return tiny_qwen3_config(**overrides)
-    return qwen3_config(spec["size"], **overrides)
-
-
 # ---------------------------------------------------------------- one contender (child process)
 
-class ContenderSkipped(Exception):
-    """The contender cannot run in this environment; the reason is recorded, not raised."""
-
-
 def _torch_rmsnorm_class():
-    class TorchFusedRMSNorm(torch.nn.Module):  # "RMSNorm" in the name: HF's _init_weights fills ones
-        def __init__(self, hidden_size, eps=1e-6):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(hidden_size))
-            self.variance_epsilon = eps
-
-        def forward(self, hidden_states):
-            return torch.nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight,
-                                                self.variance_epsilon)
-
-    return TorchFusedRMSNorm
+    return norm_class("TorchFusedRMSNorm", lambda x, weight, eps: torch.nn.functional.rms_norm(
+        x, weight.shape, weight, eps))
 
 
 def _install_patch(contender: str, on_gpu: bool) -> dict:
@@ -379,16 +354,7 @@ def run_child(contender: str, args, out: pathlib.Path, profiled: bool = True) ->
     def log(message):
         print(f"  [step:{contender}] {message}", flush=True)
 
-    record = {"contender": contender, "label": CONTENDERS[contender]}
-    try:
-        record.update(measure_contender(contender, cfg, device, log=log, profiled=profiled), status="ok")
-    except ContenderSkipped as reason:
-        record.update(status="skipped", reason=str(reason))
-        log(f"skipped: {reason}")
-    except Exception as error:
-        record.update(status="error", reason=repr(error)[:500], traceback=traceback.format_exc()[-3000:])
-        log(f"FAILED: {error!r}")
-    out.write_text(json.dumps(record), encoding="utf-8")
+    write_child_record(contender, CONTENDERS[contender], lambda: measure_contender(contender, cfg, device, log=log, profiled=profiled), out, log)
 
 
 # ---------------------------------------------------------------- all contenders (parent process)
@@ -480,24 +446,9 @@ def resolution(results: dict) -> float | None:
 
 
 def _run_one(contender: str, args, tmp: pathlib.Path, round_index: int, timeout: float) -> dict:
-    out = tmp / f"{contender}-{round_index}.json"
-    command = [sys.executable, *worker_args(NAME, "--contender", contender, "--out", str(out))]
-    if args.quick:
-        command.append("--quick")
-    if round_index > 0:
-        command.append("--no-profile")
-    start = time.perf_counter()
-    try:
-        subprocess.run(command, cwd=ROOT, timeout=timeout, check=False)
-        record = json.loads(out.read_text(encoding="utf-8"))
-    except subprocess.TimeoutExpired:
-        record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                  "reason": f"timed out after {timeout:.0f} s"}
-    except (OSError, ValueError) as error:  # the child died before writing its record
-        record = {"contender": contender, "label": CONTENDERS[contender], "status": "error",
-                  "reason": f"child process wrote no result: {error!r}"}
-    record["wall_s"] = round(time.perf_counter() - start, 1)
-    return record
+    extra = (("--quick",) if args.quick else ()) + (("--no-profile",) if round_index > 0 else ())
+    return run_contender_process(NAME, contender, CONTENDERS[contender], tmp / f"{contender}-{round_index}.json",
+                                 timeout, extra)
 
 
 def run(args) -> dict:

@@ -50,19 +50,24 @@ def quick_p1_profile(quick_p1_profile_dir):
     return store.read(quick_p1_profile_dir / machine_folder() / "p1_profile.json")
 
 
-@pytest.fixture(scope="session")
-def quick_step(tmp_path_factory):
+def _quick_run_with(name: str, variable: str, contenders: str, tmp_path_factory):
+    """``name``'s quick run in child processes, with ``variable`` (its contender selection) set meanwhile."""
     if not CAN_SPAWN:
         pytest.skip("this platform cannot start processes")
-    previous = os.environ.get("BENCH_STEP_CONTENDERS")
-    os.environ["BENCH_STEP_CONTENDERS"] = QUICK_STEP_CONTENDERS
+    previous = os.environ.get(variable)
+    os.environ[variable] = contenders
     try:
-        return quick_run("step", tmp_path_factory.mktemp("quick_step"))
+        return quick_run(name, tmp_path_factory.mktemp(f"quick_{name}"))
     finally:
         if previous is None:
-            del os.environ["BENCH_STEP_CONTENDERS"]
+            del os.environ[variable]
         else:
-            os.environ["BENCH_STEP_CONTENDERS"] = previous
+            os.environ[variable] = previous
+
+
+@pytest.fixture(scope="session")
+def quick_step(tmp_path_factory):
+    return _quick_run_with("step", "BENCH_STEP_CONTENDERS", QUICK_STEP_CONTENDERS, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -88,15 +93,6 @@ def data_dir_with_the_small_trace(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def quick_fullsize(tmp_path_factory):
-    """The fused add only: it runs the most of our code (both patches' kernels) under checkpointing + AdamW."""
-    if not CAN_SPAWN:
-        pytest.skip("this platform cannot start processes")
-    previous = os.environ.get("BENCH_FULLSIZE_CONTENDERS")
-    os.environ["BENCH_FULLSIZE_CONTENDERS"] = "triton_fused_add,liger"
-    try:
-        return quick_run("fullsize", tmp_path_factory.mktemp("quick_fullsize"))
-    finally:
-        if previous is None:
-            del os.environ["BENCH_FULLSIZE_CONTENDERS"]
-        else:
-            os.environ["BENCH_FULLSIZE_CONTENDERS"] = previous
+    """The fused add (it runs the most of our code: both patches' kernels, under checkpointing + AdamW) and
+    Liger (a GPU-only contender: skipped on CPU)."""
+    return _quick_run_with("fullsize", "BENCH_FULLSIZE_CONTENDERS", "triton_fused_add,liger", tmp_path_factory)
