@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from bench.report import prose, tables
+from bench.report.step import disjoint
 
 NAME = "fullsize"
 STEP = "step"  # the data file whose resolution sets the ranking threshold
@@ -147,15 +148,11 @@ def render(data: dict) -> dict[str, str]:
 
 # ---------------------------------------------------------------- the ranking (reads step.json's resolution)
 
-def disjoint(a: dict, b: dict) -> bool:
-    return a["hi"] < b["lo"] or b["hi"] < a["lo"]
-
-
 def level(a: dict, b: dict, resolution: float) -> bool:
     """Level unless the 95 % intervals are disjoint and the medians differ by more than ``resolution``
     (a fraction of the faster one's step)."""
     fast, slow = sorted((a["step"], b["step"]))
-    return not (disjoint(a, b) and slow / fast - 1 > resolution)
+    return not (disjoint((a["lo"], a["hi"]), (b["lo"], b["hi"])) and slow / fast - 1 > resolution)
 
 
 def tiers(ok: list[dict], resolution: float) -> list[list[dict]]:

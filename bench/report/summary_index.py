@@ -10,7 +10,7 @@ which one process per contender cannot show); otherwise the headline says the tw
 from __future__ import annotations
 
 from bench.report import prose, tables
-from bench.report.step import disjoint
+from bench.report import fullsize
 
 LINK = "triton-rmsnorm.md#62-分档-step-实测"
 NAMES = {"eager": "HF eager", "triton": "本站 RMSNorm", "liger_triton": "Liger 全套补丁加本站 RMSNorm"}
@@ -23,26 +23,21 @@ def _where(data: dict) -> str:
     return f"{env.get('gpu_count', 1)} 张 {gpu} 上" if gpu else "CPU 上"
 
 
-def apart(a: dict, b: dict, resolution: float) -> bool:
-    """Disjoint 95 % intervals and medians further apart than the resolvable difference."""
-    gap = abs(a["median_ms"] / b["median_ms"] - 1)
-    return disjoint(tuple(a["ci95_ms"]), tuple(b["ci95_ms"])) and gap > resolution
-
-
-def headline(fullsize: dict, step: dict) -> str:
+def headline(full: dict, step: dict) -> str:
     """One sentence: HF eager's and ours' tokens/s, the speed-up, MFU, and the setup."""
-    cfg, res = fullsize["config"], fullsize["results"]
+    cfg, res = full["config"], full["results"]
     resolution = step["config"].get("resolution") or 0.0
     g = cfg["geometry"]
-    where = (f"{_where(fullsize)}训练完整的 Qwen3-{cfg['model']['size']}（{g['num_hidden_layers']} 层，"
+    where = (f"{_where(full)}训练完整的 Qwen3-{cfg['model']['size']}（{g['num_hidden_layers']} 层，"
              f"{tables.dtype_short(cfg['dtype'])}，AdamW，激活检查点，每步 {cfg['batch']}×{cfg['seq_len']} 个 token）")
     more = f"与 torch.compile、Liger 的对比见[篇 2 §6.2]({LINK})"
+    rows = {r["contender"]: r for r in fullsize.rows(full) if r["status"] == "ok"}
     base, ours = res.get(cfg["baseline"], {}), res.get(cfg["ours"], {})
     if base.get("status") != "ok" or ours.get("status") != "ok":
         missing = prose.join(NAMES[c] for c in (cfg["baseline"], cfg["ours"]) if res.get(c, {}).get("status") != "ok")
         return f"**实测：** {where}，{missing}没有结果；{more}。\n"
     f = lambda v: f"{v:,.0f}"  # noqa: E731
-    if apart(ours, base, resolution):
+    if not fullsize.level(rows[cfg["ours"]], rows[cfg["baseline"]], resolution):
         ratio = ours["tokens_per_s"] / base["tokens_per_s"]
         result = (f"每秒 token 数从 {NAMES['eager']} 的 {f(base['tokens_per_s'])} {'升到' if ratio > 1 else '降到'} "
                   f"{f(ours['tokens_per_s'])}（{prose.times(ratio)}），MFU 从 {prose.pct(base['mfu'], 1)} 到 "
