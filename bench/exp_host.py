@@ -6,10 +6,13 @@ synchronisation, and the host time per call is the perf_counter time of the loop
 wall time per call adds the final synchronisation, so a host-bound contender has host ~ wall and a GPU-bound
 one host < wall. Median of ``repeats`` loops. bf16, the Qwen3 shapes of the op-level tables.
 
-For ours (``triton``) the breakdown, same method: the forward alone (no autograd), the backward function
-called directly, the argument preparation (``forward_arguments``: checks, allocations), one raw launch of
-the forward kernel through Triton's launcher, and an autograd ``x * 2`` forward + backward (what any op's
-backward() call costs: the engine's hand-off to its device thread and back).
+For ours (``triton``) the breakdown, same method: the forward alone (no autograd; from its launch plan),
+the same forward the usual way (a config override never plans: argument preparation, then Triton's
+``kernel[grid]``), the backward function called directly (planned), the argument preparation
+(``forward_arguments``: checks, allocations), one launch of the forward kernel through ``kernel[grid]``,
+the same launch replayed by a plan (``KernelLaunch``: the binary's launcher, on GPUs whose Triton has the
+fast launch), and an autograd ``x * 2`` forward + backward (what any op's backward() call costs: the
+engine's hand-off to its device thread and back).
 """
 from __future__ import annotations
 
@@ -74,11 +77,16 @@ def run(args) -> dict:
         leaf = x.clone().requires_grad_()
         parts = {
             "forward": lambda: rt.rms_norm_forward(x, w, EPS),
+            "forward_usual": lambda: rt.rms_norm_forward(x, w, EPS, config=config),
             "backward_direct": lambda: rt.rms_norm_backward(dy, x, w, rstd),
             "forward_arguments": lambda: rt.forward_arguments(x, w, EPS),
             "one_launch": lambda: rt.launch_forward(args_, config),
             "autograd_mul": lambda: (leaf * 2).backward(dy),
         }
+        if rt._FAST_LAUNCH:  # a plan's launch: the binary's launcher, arguments bound once
+            replay = rt.launch_forward(args_, config, record=True)
+            tensors = [args_[name] for name in ("X", "W", "Y", "RSTD", "R", "S")]
+            parts["planned_launch"] = lambda: replay(*tensors)
         for part, fn in parts.items():
             entry["ours"][part] = host_and_wall_us(fn, setup["calls"], setup["repeats"], sync)
         results.append(entry)

@@ -28,8 +28,7 @@ Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing tr
 # --8<-- [start:imports]
 import torch
 
-from rmsnorm_triton import (LaunchConfig, check_config, forward_arguments,
-                            forward_config, launch_forward, rms_norm_backward)
+from rmsnorm_triton import LaunchConfig, planned_forward, rms_norm_backward
 # --8<-- [end:imports]
 
 
@@ -41,15 +40,10 @@ def fused_add_rms_norm_forward(x, residual, weight, eps=1e-6, *,
 
     ``config`` overrides the launch config; None takes the fused forward ladder's.
     """
-    y, rstd, args = forward_arguments(x, weight, eps, residual)
-    if args is None:  # nothing to normalize
-        return y, torch.empty(x.shape, dtype=x.dtype, device=x.device), rstd
-    if config is None:
-        config = forward_config(args["n_cols"], x.device, fused=True)
-    else:
-        check_config(config, args["n_cols"])
-    launch_forward(args, config)
-    return y, args["S"], rstd
+    if residual is None:  # planned_forward's None means the plain norm
+        raise TypeError("fused_add_rms_norm_forward needs a residual tensor")
+    y, rstd, s = planned_forward(x, weight, eps, residual, config)
+    return y, s, rstd
 
 
 def fused_add_rms_norm_backward(dy, ds, s, weight, rstd, compute_dw=True, *,

@@ -559,15 +559,20 @@ def dw_reduce_kernel(
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 
-def reduce_dw_partials(dw_partial, dw, n_partials: int, block_cols: int) -> None:
-    """dw = the column sums of dw_partial's first n_partials rows, in a fixed order."""
+def dw_reduce_launch(dw_partial, dw, n_partials: int, block_cols: int):
+    """dw_reduce_kernel's grid, arguments by name and launch options."""
     block_partials = triton.next_power_of_2(n_partials)
     reduce_cols = max(1, min(block_cols, 8192 // block_partials))
-    dw_reduce_kernel[(triton.cdiv(dw.numel(), reduce_cols),)](
-        dw_partial, dw, n_partials, dw.numel(),
-        BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols, num_warps=4,
-        **COMPILE_OPTIONS,
-    )
+    args = dict(DW_PARTIAL=dw_partial, DW=dw, n_partials=n_partials, n_cols=dw.numel(),
+                BLOCK_PARTIALS=block_partials, BLOCK_COLS=reduce_cols)
+    grid = (triton.cdiv(dw.numel(), reduce_cols),)
+    return grid, args, dict(num_warps=4, **COMPILE_OPTIONS)
+
+
+def reduce_dw_partials(dw_partial, dw, n_partials: int, block_cols: int) -> None:
+    """dw = the column sums of dw_partial's first n_partials rows, in a fixed order."""
+    grid, args, options = dw_reduce_launch(dw_partial, dw, n_partials, block_cols)
+    dw_reduce_kernel[grid](**args, **options)
 # --8<-- [end:dw_reduce_kernel]
 
 
@@ -786,6 +791,94 @@ def _stats_dtype(compute):
     return torch.float64 if compute == tl.float64 else torch.float32
 
 
+# --8<-- [start:launch_plan]
+# Triton versions whose launch path (JITFunction.run) KernelLaunch repeats, tested on a
+# GPU. Any other version launches the usual way: the same kernels, more host time.
+FAST_LAUNCH_TRITON = ("3.6.",)
+
+
+def _launch(kernel, grid, args: dict, options: dict, record: bool):
+    """kernel[grid](**args, **options); with ``record``: the KernelLaunch repeating it."""
+    if record:
+        return KernelLaunch(kernel, grid, args, options)
+    kernel[grid](**args, **options)
+    return None
+
+
+class KernelLaunch:
+    """One launch of a compiled kernel, its grid and non-tensor arguments bound.
+
+    ``kernel[grid](...)`` binds every argument, works out their specialization and
+    looks the binary up on every call: 20-40 µs of host time on the H200's host,
+    three times per forward + backward. The first call goes that way and returns
+    the binary; later calls hand the tensors straight to its launcher, as Triton's
+    own launch does. Valid only under the key that chose it (_plan_key: shapes,
+    strides, dtypes, 16-byte alignment, device). The tensors must come first in
+    the kernel's signature; none is kept alive.
+    """
+
+    def __init__(self, kernel, grid, args: dict, options: dict):
+        self.kernel, self.options = kernel, options
+        self.compiled = kernel[grid](**args, **options)
+        self.grid = (*grid, 1, 1)[:3]
+        values = [args[name] for name in kernel.arg_names]
+        n_tensors = sum(isinstance(value, torch.Tensor) for value in values)
+        if not all(isinstance(value, torch.Tensor) for value in values[:n_tensors]):
+            raise TypeError(f"{kernel.fn.__name__}: tensors must come first")
+        self.fixed = values[n_tensors:]
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        hooks = triton.knobs.runtime
+        if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            self.kernel[self.grid](*tensors, *self.fixed, **self.options)  # profilers
+            return
+        driver = triton.runtime.driver.active
+        stream = driver.get_current_stream(driver.get_current_device())
+        binary = self.compiled
+        binary.run(*self.grid, stream, binary.function, binary.packed_metadata, None,
+                   None, None, *tensors, *self.fixed)
+
+
+def _hooked(hook) -> bool:
+    """A launch hook is set: a profiler's (proton) function, or a non-empty chain."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_PLAN_DEVICE = "cuda"
+_PLANS: dict = {}
+MAX_PLANS = 512  # shapes x strides x dtypes seen; past it, the cache starts over
+
+
+def _plan_key(*items):
+    """What decides every launch argument of a call: each tensor's shape, strides,
+    dtype, device and 16-byte alignment (Triton specializes on it), and the other
+    arguments. None when calls take the usual path: under torch.compile (Inductor
+    launches the kernels), the interpreter, another Triton, a tensor subclass."""
+    if torch.compiler.is_compiling() or not _FAST_LAUNCH:
+        return None
+    key = []
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            if type(item) not in _PLAIN_TENSORS or item.device.type != _PLAN_DEVICE:
+                return None
+            item = (item.shape, item.stride(), item.dtype, item.device,
+                    item.data_ptr() % 16 == 0)
+        key.append(item)
+    return tuple(key)
+
+
+def _remember(key, plan) -> None:
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+_FAST_LAUNCH = (not _interpreted() and hasattr(triton, "knobs")
+                and triton.__version__.startswith(FAST_LAUNCH_TRITON))
+# --8<-- [end:launch_plan]
+
+
 def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
                       residual: torch.Tensor | None = None):
     """Checks the inputs and allocates y and rstd. Returns (y, rstd, args): args are
@@ -793,6 +886,7 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
     there are no elements to normalize). With a residual (the fused add), args["S"]
     receives s = residual + x; x and residual are then made contiguous."""
     check_inputs(x, weight, eps)
+    weight = weight.contiguous()  # the kernels read w[i] at W + i
     if residual is not None:
         check_pair(x, residual)
         x, residual = x.contiguous(), residual.contiguous()
@@ -815,16 +909,59 @@ def forward_arguments(x: torch.Tensor, weight: torch.Tensor, eps: float,
         ALIGN=row_alignment(n_cols, *x_strides), HAS_RESIDUAL=residual is not None)
 
 
-def launch_forward(args: dict, config: LaunchConfig) -> None:
-    """The forward kernel (register or chunked) over forward_arguments' args."""
+def launch_forward(args: dict, config: LaunchConfig, record: bool = False):
+    """The forward kernel (register or chunked) over forward_arguments' args;
+    with ``record``, returns the KernelLaunch that repeats it."""
     grid = (triton.cdiv(args["n_rows"], config.block_rows),)
+    options = dict(num_warps=config.num_warps, **COMPILE_OPTIONS)
     if config.chunked:  # the plain norm compiles one binary per width (WIDTH)
         width = 0 if args["HAS_RESIDUAL"] else args["n_cols"]
-        rms_norm_fwd_chunked_kernel[grid](**args, **config.constexprs(), WIDTH=width,
-                                          num_warps=config.num_warps, **COMPILE_OPTIONS)
+        return _launch(rms_norm_fwd_chunked_kernel, grid,
+                       args | config.constexprs() | {"WIDTH": width}, options, record)
+    return _launch(rms_norm_fwd_kernel, grid, args | config.constexprs(), options,
+                   record)
+
+
+class ForwardPlan:
+    """rms_norm_forward (or the fused add's) for one _plan_key: allocate, launch."""
+
+    def __init__(self, launch: KernelLaunch, args: dict, y: torch.Tensor):
+        self.launch, self.y_dtype = launch, y.dtype
+        self.n_rows, self.stats_dtype = args["n_rows"], args["RSTD"].dtype
+        self.residual = args["HAS_RESIDUAL"]
+
+    def __call__(self, x, weight, residual=None):
+        y = torch.empty(x.shape, dtype=self.y_dtype, device=x.device)
+        rstd = torch.empty(self.n_rows, dtype=self.stats_dtype, device=x.device)
+        s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if self.residual else y
+        self.launch(x, weight, y, rstd, x if residual is None else residual, s)
+        return y, rstd, s
+
+
+def planned_forward(x, weight, eps, residual=None, config=None):
+    """(y, rstd, s) of the plain norm (s is y) or, with a residual, the fused add.
+
+    From the call's plan when there is one; else the usual way, and the plan is
+    remembered if the kernel read the caller's own tensors (no copy was needed).
+    ``config`` (an override) never plans."""
+    key = None if config is not None else _plan_key("forward", x, weight, eps, residual)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return plan(x, weight, residual)
+    y, rstd, args = forward_arguments(x, weight, eps, residual)
+    if args is None:
+        s = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return y, rstd, y if residual is None else s
+    if config is None:
+        config = forward_config(args["n_cols"], x.device, fused=residual is not None)
     else:
-        rms_norm_fwd_kernel[grid](**args, **config.constexprs(),
-                                  num_warps=config.num_warps, **COMPILE_OPTIONS)
+        check_config(config, args["n_cols"])
+    own = (args["X"] is x and args["W"] is weight
+           and (residual is None or args["R"] is residual))
+    launch = launch_forward(args, config, record=key is not None and own)
+    if launch is not None:
+        _remember(key, ForwardPlan(launch, args, y))
+    return y, rstd, args["S"]
 
 
 def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
@@ -833,14 +970,7 @@ def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
 
     ``config`` overrides the launch config; None takes ``forward_config``'s.
     """
-    y, rstd, args = forward_arguments(x, weight, eps)
-    if args is not None:
-        if config is None:
-            config = forward_config(args["n_cols"], x.device)
-        else:
-            check_config(config, args["n_cols"])
-        launch_forward(args, config)
-    return y, rstd
+    return planned_forward(x, weight, eps, config=config)[:2]
 
 
 def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
@@ -853,6 +983,11 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
     that x gets from its other uses, added to dx. ``config`` overrides the launch
     config; None takes ``backward_config``'s.
     """
+    key = None if config is not None else _plan_key(
+        "backward", dy, x, weight, rstd, ds, bool(compute_dw), eps)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return plan(dy, x, weight, rstd, ds)
     for name, grad in (("grad_output", dy), ("ds", ds)):
         if grad is not None and grad.shape != x.shape:
             raise ValueError(f"{name} shape {tuple(grad.shape)} does not match "
@@ -872,8 +1007,13 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         config = backward_config(n_cols, x.device, fused=ds is not None)
     else:
         check_config(config, n_cols)
+    given = (dy, x, weight, ds)
+    weight = weight.contiguous()  # the kernels read w[i] at W + i
     (x, dy), (size1, size2), (x_strides, dy_strides) = rows_layout(x, dy)
     ds = dx if ds is None else ds.contiguous()  # dx: a placeholder, never read
+    # A plan repeats the launches only if they read the caller's tensors (no copies).
+    record = key is not None and not config.chunked and all(
+        a is b for a, b in zip(given, (dy, x, weight, None if ds is dx else ds)))
     n_tiles = triton.cdiv(n_rows, config.block_rows)
     # Row slots of the persistent grid; a chunked config also splits the columns
     # (each program owns one chunk). Each slot writes one row of dW partials.
@@ -889,8 +1029,8 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
                   x_stride2=x_strides[2], dy_stride0=dy_strides[0],
                   dy_stride1=dy_strides[1], dy_stride2=dy_strides[2],
                   ALIGN=row_alignment(n_cols, *x_strides, *dy_strides),
-                  COMPUTE_DTYPE=compute, num_warps=config.num_warps,
-                  **config.constexprs("backward"), **COMPILE_OPTIONS)
+                  COMPUTE_DTYPE=compute, **config.constexprs("backward"))
+    options = dict(num_warps=config.num_warps, **COMPILE_OPTIONS)
     if config.chunked:
         # Step 1 saves rstd and c of each row; step 2 reads them, chunk by chunk.
         row_stats = torch.empty((2, n_rows), dtype=_stats_dtype(compute),
@@ -898,21 +1038,47 @@ def rms_norm_backward(dy, x, weight, rstd, compute_dw: bool = True,
         rms_norm_bwd_row_stats_kernel[(n_tiles,)](
             dy, x, weight, row_stats if rstd is None else rstd, row_stats,
             eps=eps_pair[0], eps_low=eps_pair[1], RECOMPUTE_RSTD=rstd is None,
-            **layout)
+            **layout, **options)
         rms_norm_bwd_chunked_kernel[grid](
             dy, x, weight, row_stats, dx, dw_partial, ds,
             tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
-            HAS_DS=ds is not dx, **layout)
+            HAS_DS=ds is not dx, **layout, **options)
+        main = None
     else:
         kernel = rms_norm_bwd_reread_kernel if config.reread else rms_norm_bwd_kernel
-        kernel[grid](
-            dy, x, weight, dx if rstd is None else rstd, dx, dw_partial, ds,
-            eps=eps_pair[0], eps_low=eps_pair[1],
+        main = _launch(kernel, grid, dict(
+            DY=dy, X=x, W=weight, RSTD=dx if rstd is None else rstd, DX=dx,
+            DW_PARTIAL=dw_partial, DS=ds, eps=eps_pair[0], eps_low=eps_pair[1],
             tiles_per_program=triton.cdiv(n_tiles, n_slots), COMPUTE_DW=compute_dw,
-            RECOMPUTE_RSTD=rstd is None, HAS_DS=ds is not dx, **layout)
+            RECOMPUTE_RSTD=rstd is None, HAS_DS=ds is not dx, **layout), options,
+            record)
+    reduce = None
     if compute_dw:
-        reduce_dw_partials(dw_partial, dw, n_slots, config.block_cols)
+        reduce = _launch(dw_reduce_kernel, *dw_reduce_launch(
+            dw_partial, dw, n_slots, config.block_cols), record)
+    if main is not None:
+        _remember(key, BackwardPlan(main, reduce, dw_partial, dx))
     return dx, dw
+
+
+class BackwardPlan:
+    """rms_norm_backward's register path for one _plan_key: allocate, launch twice."""
+
+    def __init__(self, main: KernelLaunch, reduce, dw_partial, dx):
+        self.main, self.reduce = main, reduce
+        self.partial_shape, self.stats_dtype = dw_partial.shape, dw_partial.dtype
+
+    def __call__(self, dy, x, weight, rstd, ds):
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        dw_partial = dx if self.reduce is None else torch.empty(
+            self.partial_shape, dtype=self.stats_dtype, device=x.device)
+        self.main(dy, x, weight, dx if rstd is None else rstd, dx, dw_partial,
+                  dx if ds is None else ds)  # dx: placeholders, never read
+        if self.reduce is None:
+            return dx, None
+        dw = torch.empty_like(weight)
+        self.reduce(dw_partial, dw)
+        return dx, dw
 
 
 # --8<-- [start:autograd]
