@@ -170,3 +170,79 @@ def fused_add_contenders(names, width: int, dtype, device, skipped: dict, eps: f
         "triton_fused_add": ours,
     }
     return _built(names, builds, weight, skipped)
+
+
+# ---------------------------------------------------------------- the other fusion points (exp_fusion)
+
+QK_ROPE = ("hf", "compile_hf", "liger", "triton_rmsnorm", "triton_qk_rope")
+SWIGLU = ("hf", "compile_hf", "liger", "triton_swiglu")
+
+
+class HFQKNormRope(torch.nn.Module):
+    """What Qwen3Attention does between the q/k projections and attention, in HF's own code:
+    per-head RMSNorm of q and k, the transpose to (B, heads, T, D), then RoPE."""
+
+    def __init__(self, q_norm, k_norm):
+        super().__init__()
+        self.q_norm, self.k_norm = q_norm, k_norm
+
+    def forward(self, q, k, cos, sin):
+        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+        return apply_rotary_pos_emb(self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), cos, sin)
+
+
+def qk_rope_contenders(names, head_dim: int, dtype, device, skipped: dict, eps: float) -> dict:
+    """``id -> (fn(q, k, cos, sin) -> (q_out, k_out), (q_weight, k_weight))`` for the QK-norm + RoPE
+    contenders ``names`` (from :data:`QK_ROPE`): q (B, T, Hq, D) and k (B, T, Hkv, D) in, the rotated
+    (B, heads, T, D) tensors out, as Qwen3Attention hands them to attention."""
+    q_weight, k_weight = _weight(head_dim, dtype, device), _weight(head_dim, dtype, device)
+    q_norm = Qwen3RMSNorm(head_dim, eps=eps).to(device=device, dtype=dtype)
+    k_norm = Qwen3RMSNorm(head_dim, eps=eps).to(device=device, dtype=dtype)
+    q_norm.weight, k_norm.weight = q_weight, k_weight
+    hf = HFQKNormRope(q_norm, k_norm)
+
+    def liger():
+        norm = liger_rms_norm()
+        from liger_kernel.transformers.rope import liger_rotary_pos_emb
+
+        return lambda q, k, cos, sin: liger_rotary_pos_emb(norm(q, q_weight, eps).transpose(1, 2),
+                                                           norm(k, k_weight, eps).transpose(1, 2), cos, sin)
+
+    def triton_rmsnorm():  # the site's RMSNorm patch: our norm, HF's RoPE
+        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+        return lambda q, k, cos, sin: apply_rotary_pos_emb(rms_norm(q, q_weight, eps).transpose(1, 2),
+                                                           rms_norm(k, k_weight, eps).transpose(1, 2), cos, sin)
+
+    def ours():
+        from qk_norm_rope import qk_norm_rope
+
+        return lambda q, k, cos, sin: qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps)
+
+    builds = {"hf": lambda: hf, "compile_hf": lambda: compiled(hf, device), "liger": lambda: _on_cuda(device, liger),
+              "triton_rmsnorm": triton_rmsnorm, "triton_qk_rope": ours}
+    return _built(names, builds, (q_weight, k_weight), skipped)
+
+
+def hf_swiglu(gate, up):
+    """Qwen3MLP's activation: ``act_fn(gate_proj(x)) * up_proj(x)`` with act_fn = SiLU."""
+    return torch.nn.functional.silu(gate) * up
+
+
+def swiglu_contenders(names, dtype, device, skipped: dict) -> dict:
+    """``id -> (fn(gate, up) -> act, ())`` for the SwiGLU contenders ``names`` (from :data:`SWIGLU`)."""
+
+    def liger():
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+        return lambda gate, up: LigerSiLUMulFunction.apply(gate, up)
+
+    def ours():
+        from swiglu import swiglu
+
+        return swiglu
+
+    builds = {"hf": lambda: hf_swiglu, "compile_hf": lambda: compiled(hf_swiglu, device),
+              "liger": lambda: _on_cuda(device, liger), "triton_swiglu": ours}
+    return _built(names, builds, (), skipped)

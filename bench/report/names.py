@@ -31,6 +31,9 @@ COLOURS = {
     "triton_fused_add": "#12898B",
     "unfused": "#A27850",
     "control": "#B9539F",
+    "triton_rmsnorm": "#6FA8DC",
+    "triton_qk_rope": "#1F4E8C",
+    "triton_swiglu": "#3D5A98",
 }
 
 # Op level (rmsnorm, width_sweep, fused_add; the conclusion's rows): the kernels side by side.
@@ -38,6 +41,8 @@ OP_LABELS = {
     "hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
     "quack": "quack", "naive": "教学版", "triton": "生产版", "triton_fused_add": "融合版",
     "unfused": "生产版 + torch 加法",
+    "triton_rmsnorm": "生产版 RMSNorm + HF RoPE", "triton_qk_rope": "本站 QK-norm + RoPE",
+    "triton_swiglu": "本站 SwiGLU",
 }
 # A whole training step (step): HF patched one way or another.
 STEP_LABELS = {
@@ -104,6 +109,7 @@ TIE_RULES = {
     "within_1pct": TieRule(0.01, "medians of 25 CUDA-graph replays (op level) or of the timed steps: the 20-80 % "
                                  "spread of such a median is about 0.5 %"),
     "within_2pct": TieRule(0.02, "the width sweep's medians of 15 replays, its budget spent on 43 widths' compiles"),
+    "fusion_2pct": TieRule(0.02, "the fusion set's op-level comparisons: level within 2 %, the targets' own rule"),
     # Step times from several processes: level unless the 95 % intervals of the medians are disjoint
     # (bench/harness/stats.py); ``within`` is unused by the reports that read intervals.
     "ci95_disjoint": TieRule(0.0, "step times of several processes: level unless their 95 % intervals are disjoint"),

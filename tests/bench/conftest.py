@@ -35,6 +35,7 @@ quick_compile = _session_run("compile")
 quick_loss_curve = _session_run("loss_curve")
 quick_p1_roofline = _session_run("p1_roofline")
 quick_p1_compile = _session_run("p1_compile")
+quick_fusion = _session_run("fusion")
 
 
 @pytest.fixture(scope="session")
