@@ -799,7 +799,7 @@ FAST_LAUNCH_TRITON = ("3.6.",)
 
 def _launch(kernel, grid, args: dict, options: dict, record: bool):
     """kernel[grid](**args, **options); with ``record``: the KernelLaunch repeating it."""
-    if record:
+    if record and isinstance(kernel, triton.runtime.KernelInterface):  # not a wrapper
         return KernelLaunch(kernel, grid, args, options)
     kernel[grid](**args, **options)
     return None
@@ -852,18 +852,22 @@ MAX_PLANS = 512  # shapes x strides x dtypes seen; past it, the cache starts ove
 
 def _plan_key(*items):
     """What decides every launch argument of a call: each tensor's shape, strides,
-    dtype, device and 16-byte alignment (Triton specializes on it), and the other
-    arguments. None when calls take the usual path: under torch.compile (Inductor
-    launches the kernels), the interpreter, another Triton, a tensor subclass."""
+    dtype, device and 16-byte alignment (Triton specializes on it), the other
+    arguments, and COMPILE_OPTIONS. None when calls take the usual path: under
+    torch.compile (Inductor launches the kernels), the interpreter, another
+    Triton, a tensor subclass, an argument of another type (its error is the
+    usual path's to raise)."""
     if torch.compiler.is_compiling() or not _FAST_LAUNCH:
         return None
-    key = []
+    key = [tuple(COMPILE_OPTIONS.values())]
     for item in items:
         if isinstance(item, torch.Tensor):
             if type(item) not in _PLAIN_TENSORS or item.device.type != _PLAN_DEVICE:
                 return None
             item = (item.shape, item.stride(), item.dtype, item.device,
                     item.data_ptr() % 16 == 0)
+        elif item is not None and type(item) not in (bool, int, float, str):
+            return None
         key.append(item)
     return tuple(key)
 

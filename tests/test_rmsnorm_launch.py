@@ -104,7 +104,7 @@ def test_replayed_plans_give_the_usual_bits(planning, monkeypatch, device, shape
                                             transposed_dy):
     x, w, dy = inputs(shape, dtype, device, 0, transposed_dy)
     planned_forward_backward(x, w, dy)  # records the forward and backward plans
-    assert sorted(key[0] for key in rt._PLANS) == ["backward", "forward"]
+    assert sorted(key[1] for key in rt._PLANS) == ["backward", "forward"]
     recorded = set(rt._PLANS)
     x, w, dy = inputs(shape, dtype, device, 1, transposed_dy)  # fresh values, same key
     expected = usual_forward_backward(x, w, dy)
@@ -125,7 +125,7 @@ def test_backward_variants_replay(planning, monkeypatch, device):
              lambda: rt.rms_norm_backward(dy, x, w, rstd, compute_dw=False),
              lambda: rt.rms_norm_backward(dy, x, w, rstd, ds=ds)]
     first = [call() for call in calls]
-    assert len([k for k in rt._PLANS if k[0] == "backward"]) == 3
+    assert len([k for k in rt._PLANS if k[1] == "backward"]) == 3
     forbid_usual_path(monkeypatch)
     with poisoned_allocations():
         again = [call() for call in calls]
@@ -173,7 +173,7 @@ def test_alignment_strides_and_eps_pick_their_own_plans(planning, device):
         y = rt.rms_norm_forward(view, w, EPS)[0]
         expected = rt.rms_norm_forward(view, w, EPS, config=rt.forward_config(64, device))[0]
         assert torch.equal(y, expected)
-    aligned = [k[1][4] for k in rt._PLANS]
+    aligned = [k[2][4] for k in rt._PLANS]
     assert len(rt._PLANS) == 3 and True in aligned and False in aligned
     y = rt.rms_norm_forward(views[2], w, 1e-2)[0]
     assert len(rt._PLANS) == 4
@@ -214,6 +214,35 @@ def test_no_plans_under_the_interpreter_or_for_configs(device, monkeypatch, on_g
         assert rt._plan_key("forward", x, w, EPS) is None
         planned_forward_backward(x, w, dy)
         assert not rt._PLANS
+
+
+def test_compile_options_and_wrapped_kernels(planning, monkeypatch, device):
+    """Other COMPILE_OPTIONS: another key (another binary). A wrapped kernel (a spy, a profiler's
+    wrapper) is launched the usual way every time: no plan is recorded for it."""
+    x, w, _ = inputs((4, 64), torch.float32, device, 9)
+    rt.rms_norm_forward(x, w, EPS)
+    monkeypatch.setitem(rt.COMPILE_OPTIONS, "enable_fp_fusion", False)
+    rt.rms_norm_forward(x, w, EPS)
+    assert len(rt._PLANS) == 2
+    monkeypatch.setattr(rt, "_PLANS", {})
+    seen, kernel = [], rt.rms_norm_fwd_kernel
+
+    class Wrapped:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.append(grid) or kernel[grid](*args, **kwargs)
+
+    monkeypatch.setattr(rt, "rms_norm_fwd_kernel", Wrapped())
+    for _ in range(2):
+        rt.rms_norm_forward(x, w, EPS)
+    assert len(seen) == 2 and not rt._PLANS
+
+
+def test_arguments_of_other_types_get_the_usual_error(planning, device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(TypeError, match="tensors"):
+        fused_add_rms_norm(x, [[0.0] * 8] * 4, torch.ones(8, device=device))
+    with pytest.raises(ValueError, match="eps"):
+        rt.rms_norm_forward(x, torch.ones(8, device=device), [1e-6])
 
 
 def test_kernel_launch_needs_tensors_first(device):

@@ -26,11 +26,14 @@ PEER = "torch_rms_norm"  # the contender ours is held against: torch's own fused
 STEP_PEER = "torch_rmsnorm"  # the same, in step.json (HF + F.rms_norm)
 PARTS = {
     "forward": "forward 单独调用",
+    "forward_usual": "forward 单独调用（不用启动计划）",
     "backward_direct": "backward 直接调用",
     "forward_arguments": "参数准备（forward_arguments）",
-    "one_launch": "一次 launch（Triton launcher）",
+    "one_launch": "一次 launch（kernel[grid]）",
+    "planned_launch": "一次 launch（启动计划）",
     "autograd_mul": "autograd：x*2 的 forward + backward",
 }
+PLANNED_PARTS = {"forward_usual", "planned_launch"}  # host.json from before the launch plans has neither
 HOST_BOUND = 0.01  # wall within 1 % of host: the call waited on nothing but the CPU
 
 
@@ -95,8 +98,12 @@ def breakdown_table(data: dict) -> str:
     for part, name in PARTS.items():
         body.append([name, *(us(e["ours"][part]["host_us"]) if part in e.get("ours", {}) else "—" for e in shapes)])
     table = tables.md_table([f"{label(ours)}（主机 µs）", *(shape_head(e) for e in shapes)], body)
-    caption = ("forward 单独调用 = 不经 autograd 的 forward（参数准备 + 一次 launch）；backward 直接调用 = 不经 autograd "
-               "调用 backward 函数；一次 launch = 参数备好后经 Triton 的 Python launcher 发射一次 forward kernel；"
+    planned = any("planned_launch" in e.get("ours", {}) for e in shapes)
+    caption = ("forward 单独调用 = 不经 autograd 的 forward" + ("（走启动计划：分配输出 + 一次计划内 launch）；"
+               "不用启动计划 = 参数准备 + 一次 kernel[grid]" if planned else "（参数准备 + 一次 launch）") +
+               "；backward 直接调用 = 不经 autograd 调用 backward 函数；一次 launch（kernel[grid]）= 参数备好后经 Triton 的 "
+               "Python launcher 发射一次 forward kernel；" + ("一次 launch（启动计划）= 把第一次调用编译好的 kernel 和不变的"
+               "参数记下，之后直接交给 launcher；" if planned else "") +
                "autograd 一行是任何算子经 autograd 的 backward() 调用都要付的固定开销；" + shapes_zh(data) + "；" + _timer(cfg))
     return prose.page(table, caption)
 
@@ -187,7 +194,7 @@ def sentence(data: dict, step: dict) -> str:
         text = (f"含主机开销，{label(ours)}一次 forward + backward 在所有形状上都不比 F.rms_norm 慢"
                 f"（墙钟 {'、'.join(pair(e) for e in shapes)}）。")
 
-    parts = [e for e in shapes if set(PARTS) <= set(e.get("ours", {}))]
+    parts = [e for e in shapes if set(PARTS) - PLANNED_PARTS <= set(e.get("ours", {}))]
     if parts:
         def host(e, part):
             return e["ours"][part]["host_us"]
