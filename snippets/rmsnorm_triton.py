@@ -798,7 +798,7 @@ FAST_LAUNCH_TRITON = ("3.6.",)
 
 
 def _launch(kernel, grid, args: dict, options: dict, record: bool):
-    """kernel[grid](**args, **options); with ``record``: the KernelLaunch repeating it."""
+    """Launches kernel[grid](**args, **options); ``record``: returns a KernelLaunch."""
     if record and isinstance(kernel, triton.runtime.KernelInterface):  # not a wrapper
         return KernelLaunch(kernel, grid, args, options)
     kernel[grid](**args, **options)
