@@ -293,13 +293,15 @@ class TileConfig:
 def launch_configs(head_dim: int, dtype: torch.dtype) -> tuple[TileConfig, TileConfig]:
     """(forward, backward) configs for heads of head_dim values of dtype.
 
-    Untuned starting points taken from rmsnorm_triton's H200 configs for rows of
-    128 bf16 values (16 rows a tile forward; 8 rows, 8 programs per SM backward):
-    a forward tile holds 4 KiB of q or k, a backward tile half that (it also
-    holds the grads and two weights' dW sums). Pure Python: no device query.
+    A tile holds 4 KiB of q or k (16 rows of 128 bf16 values). The warps and
+    programs per SM are the H200 sweep's best at Qwen3-8B's heads (Hq=32, Hkv=8,
+    B=4, T=4096; docs/data/h200/diag-fusion-sweep-dafb9f6.log): forward 16 rows,
+    2 warps (91.6 µs; 16 rows, 4 warps: 94.2); backward 16 rows, 4 warps, 4
+    programs per SM (162.9 µs; the first guess, 8 rows, 4 warps, 8 per SM:
+    176.4). Pure Python: no device query.
     """
     rows = max(1, 4096 // (head_dim * dtype.itemsize))  # powers of two
-    return TileConfig(rows, 4), TileConfig(max(1, rows // 2), 4, 8)
+    return TileConfig(rows, 2), TileConfig(rows, 4, 4)
 
 
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
