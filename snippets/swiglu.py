@@ -150,6 +150,7 @@ def swiglu_bwd_kernel(
     COMPUTE_DTYPE: tl.constexpr,
     ALIGN: tl.constexpr,
     INTERPRETER: tl.constexpr,
+    MERGED: tl.constexpr,  # d_up goes into DG's rows too (DU is then never written)
 ):
     n_cols = n_cols // ALIGN * ALIGN
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -166,8 +167,10 @@ def swiglu_bwd_kernel(
 
     # d_up = d_act * silu(g), silu recomputed and rounded as the forward stored it
     silu, denominator = _silu(g, dtype, INTERPRETER)
-    _store_rows(DU, da * silu, rows, cols, row_mask, n_cols, out_stride, du_offset,
-                ALIGN, INTERPRETER)
+    # Merged: no second pointer into DG's buffer. torch.compile treats each pointer a
+    # kernel stores through as its own output: two into one buffer lose one's writes.
+    _store_rows(DG if MERGED else DU, da * silu, rows, cols, row_mask, n_cols,
+                out_stride, du_offset, ALIGN, INTERPRETER)
     # d_gate = d_silu * silu'(g), silu'(g) = s * (1 + g * (1 - s)), s = sigmoid(g);
     # d_silu = d_act * up rounded to the dtype, as HF's autograd keeps it
     s = _div_rn(1.0, denominator)
@@ -323,7 +326,8 @@ def swiglu_backward(d_act: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
     d_up = d_gate if merged else torch.empty_like(d_gate)
     if d_gate.numel() > 0:
         grid, args = _plan({"da": d_act, "g": gate, "u": up}, n_cols, config)
-        swiglu_bwd_kernel[grid](DG=d_gate, DU=d_up, out_stride=d_gate.shape[-1],
+        swiglu_bwd_kernel[grid](DG=d_gate, DU=gate if merged else d_up,  # gate: unused
+                                out_stride=d_gate.shape[-1], MERGED=merged,
                                 du_offset=n_cols if merged else 0, **args)
     return d_gate if merged else (d_gate, d_up)
 # --8<-- [end:launch]
