@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rmsnorm_triton import (_interpreted, _inv_rms, compute_dtype,
+from rmsnorm_triton import (COMPILE_OPTIONS, _interpreted, _inv_rms, compute_dtype,
                             row_alignment, sm_count, split_eps)
 
 
@@ -304,11 +304,6 @@ def launch_configs(head_dim: int, dtype: torch.dtype) -> tuple[TileConfig, TileC
     return TileConfig(rows, 2), TileConfig(rows, 4, 4)
 
 
-# No FMA contraction: HF's RoPE multiplies and adds in separate kernels, so with
-# fp32 outputs (an fp32 weight or fp32 cos/sin) a fused a * cos + b * sin would
-# round once where HF rounds twice. (16-bit outputs round each product anyway.)
-QK_COMPILE_OPTIONS = {"enable_fp_fusion": False}
-
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
 
@@ -429,7 +424,7 @@ def qk_norm_rope_forward(q, k, q_weight, k_weight, cos, sin, eps: float = 1e-6,
         *row_strides, BLOCK_ROWS=config.block_rows, HEAD_DIM=head_dim,
         COMPUTE_DTYPE=compute, NORM_DTYPE=_TL_DTYPES[norm_dtype],
         SOFTWARE_BF16=_interpreted(), ALIGN=row_alignment(head_dim, *row_strides),
-        num_warps=config.num_warps, **QK_COMPILE_OPTIONS)
+        num_warps=config.num_warps, **COMPILE_OPTIONS)
     return q_out, k_out, rstd
 
 
@@ -478,7 +473,7 @@ def qk_norm_rope_backward(dq_out, dk_out, q, k, q_weight, k_weight, cos, sin, rs
         BLOCK_ROWS=config.block_rows, HEAD_DIM=head_dim, COMPUTE_DTYPE=compute,
         COMPUTE_DW=compute_dw, SOFTWARE_BF16=_interpreted(),
         ALIGN=row_alignment(head_dim, *row_strides, *cos_strides),
-        num_warps=config.num_warps, **QK_COMPILE_OPTIONS)
+        num_warps=config.num_warps, **COMPILE_OPTIONS)
     if not compute_dw:
         return dq, dk, None, None
     dq_weight, dk_weight = torch.empty_like(q_weight), torch.empty_like(k_weight)
@@ -487,7 +482,7 @@ def qk_norm_rope_backward(dq_out, dk_out, q, k, q_weight, k_weight, cos, sin, rs
     dw_pair_reduce_kernel[(2 * head_dim // block_cols,)](
         dw_partial, dq_weight, dk_weight, n_programs, HEAD_DIM=head_dim,
         BLOCK_PARTIALS=block_partials, BLOCK_COLS=block_cols, num_warps=4,
-        **QK_COMPILE_OPTIONS)
+        **COMPILE_OPTIONS)
     return dq, dk, dq_weight, dk_weight
 
 

@@ -16,6 +16,7 @@ def test_ratios_and_the_two_percent_tie(quick_fusion):
     (entry,) = data["results"]["kernels"]["swiglu"]
     for phase in ("fwd", "fwd_bwd"):
         times = entry[phase]
+        times.pop("liger", None)  # on a GPU the quick run has it too
         times["triton_swiglu"]["median_us"] = 100.0
         times["hf"]["median_us"] = 150.0
         times["compile_hf"]["median_us"] = 101.5  # within 2 %: level
