@@ -68,6 +68,21 @@ def _round(v, DTYPE: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
 
 
 @triton.jit
+def _product(a, b, SOFTWARE_BF16: tl.constexpr):
+    # a * b rounded on its own, as HF's separate multiply kernels round it. With
+    # FMA contraction on (COMPILE_OPTIONS, and Inductor's default) the compiler
+    # fused a RoPE product into the add across its bf16 rounding (H200 probe:
+    # 11 % of outputs off). PTX mul.rn is never contracted. The interpreter (and
+    # fp64 math) has no inline PTX and no contraction: a plain multiply.
+    if SOFTWARE_BF16 or a.dtype != tl.float32:
+        return a * b
+    else:
+        return tl.inline_asm_elementwise(  # pragma: gpu only
+            "mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32,
+            is_pure=True, pack=1)
+
+
+@triton.jit
 def _head_rows(tile, n_rows, n_heads, seq_len, BLOCK_ROWS: tl.constexpr):
     # Head row r = (b * T + t) * H + h of a (B, T, H, D) tensor -> (b, t, h).
     rows = tile * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -128,10 +143,10 @@ def _norm_rope_tile(X, W, Y, RSTD, COS, SIN, tile, n_rows, n_heads, seq_len,
     n2 = _round(w2 * _round(x2 * rstd[:, None], in_dtype, SOFTWARE_BF16),
                 NORM_DTYPE, SOFTWARE_BF16)
     # n * cos + rotate_half(n) * sin, each product rounded, then the sum
-    y1 = (_round(n1 * cos1, out_dtype, SOFTWARE_BF16)
-          - _round(n2 * sin1, out_dtype, SOFTWARE_BF16))
-    y2 = (_round(n2 * cos2, out_dtype, SOFTWARE_BF16)
-          + _round(n1 * sin2, out_dtype, SOFTWARE_BF16))
+    y1 = (_round(_product(n1, cos1, SOFTWARE_BF16), out_dtype, SOFTWARE_BF16)
+          - _round(_product(n2, sin1, SOFTWARE_BF16), out_dtype, SOFTWARE_BF16))
+    y2 = (_round(_product(n2, cos2, SOFTWARE_BF16), out_dtype, SOFTWARE_BF16)
+          + _round(_product(n1, sin2, SOFTWARE_BF16), out_dtype, SOFTWARE_BF16))
     _store_halves(Y, rows, y1, y2, row_mask, HALF, SOFTWARE_BF16)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
