@@ -204,11 +204,20 @@ def sentence(data: dict, step: dict) -> str:
         direct = [host(e, "forward") + host(e, "backward_direct") for e in parts]
         whole = [e["fwd_bwd"][ours]["host_us"] for e in parts]
         rest = [w - d for w, d in zip(whole, direct)]
-        text += f"拆开看{label(ours)}的主机时间：Triton 的 Python launcher 发射一次 kernel 要 {_span(launch)} µs"
-        if n:
-            text += f"，一次 forward + backward 发射 {n} 个 kernel，计 {_span([n * v for v in launch])} µs"
-        text += (f"；forward 的参数准备 {_span([host(e, 'forward_arguments') for e in parts])} µs；"
-                 f"不经 autograd 直接调用 forward 和 backward 合计 {_span(direct)} µs，"
+        planned = [e for e in parts if PLANNED_PARTS <= set(e["ours"])]
+        if planned:
+            text += (f"拆开看{label(ours)}的主机时间：Triton 的 kernel[grid] 发射一次 kernel 要 {_span(launch)} µs，"
+                     f"启动计划（第一次调用后记下编译好的 kernel 和不变的参数）只要 "
+                     f"{_span([host(e, 'planned_launch') for e in planned])} µs；forward 单独调用因此从 "
+                     f"{_span([host(e, 'forward_usual') for e in planned])} µs 降到 "
+                     f"{_span([host(e, 'forward') for e in planned])} µs（省下的还有参数准备："
+                     f"{_span([host(e, 'forward_arguments') for e in parts])} µs）；")
+        else:
+            text += f"拆开看{label(ours)}的主机时间：Triton 的 Python launcher 发射一次 kernel 要 {_span(launch)} µs"
+            if n:
+                text += f"，一次 forward + backward 发射 {n} 个 kernel，计 {_span([n * v for v in launch])} µs"
+            text += f"；forward 的参数准备 {_span([host(e, 'forward_arguments') for e in parts])} µs；"
+        text += (f"不经 autograd 直接调用 forward 和 backward 合计 {_span(direct)} µs，"
                  f"只占经 autograd 调用的 {prose.pct_span([d / w for d, w in zip(direct, whole)])}，"
                  f"其余 {_span(rest)} µs 是经由 autograd 多出来的："
                  f"单是 autograd 一次 x*2 的 forward + backward（任何算子的 backward() 调用都要付）就要 "

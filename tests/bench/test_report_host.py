@@ -75,14 +75,22 @@ def test_the_committed_sentence(committed):
     data, step = _data(committed)
     text = _sentence(data, step)
     by = {e["label"]: e["fwd_bwd"] for e in data["results"]["shapes"]}
-    ratios = [by[s]["triton"]["wall_us"] / by[s]["torch_rms_norm"]["wall_us"] for s in ("H=1024", "H=4096", "k_norm")]
-    assert text.startswith("含主机开销，本站 RMSNorm 一次 forward + backward 在 H=1024、H=4096、k_norm 上比 F.rms_norm 慢，")
+    slower = [s for s, t in by.items()
+              if report.differ(t["triton"], t["torch_rms_norm"]) and t["triton"]["wall_us"] > t["torch_rms_norm"]["wall_us"]]
+    faster = [s for s, t in by.items()
+              if report.differ(t["triton"], t["torch_rms_norm"]) and t["triton"]["wall_us"] < t["torch_rms_norm"]["wall_us"]]
+    assert slower == ["H=1024", "k_norm"] and faster == ["q_norm"]  # at e71449b, with launch plans
+    ratios = [by[s]["triton"]["wall_us"] / by[s]["torch_rms_norm"]["wall_us"] for s in slower]
+    assert text.startswith(f"含主机开销，本站 RMSNorm 一次 forward + backward 在 {'、'.join(slower)} 上比 F.rms_norm 慢，")
     assert "墙钟时间是它的 " + "、".join(prose.times(r) for r in ratios) in text
-    assert "只在 q_norm 上更快（486 对 763 µs）" in text
+    assert "只在 q_norm 上更快（311 对 760 µs）" in text
     assert "调用是主机受限的" in text
-    assert "一次 forward + backward 发射 3 个 kernel" in text  # the step profile's kernels of ours
-    launches = [e["ours"]["one_launch"]["host_us"] for e in data["results"]["shapes"]]
-    assert f"launcher 发射一次 kernel 要 {prose.span(launches, lambda v: tables.fmt(v, 3))} µs" in text
+    shapes = data["results"]["shapes"]
+    launches = [e["ours"]["one_launch"]["host_us"] for e in shapes]
+    planned = [e["ours"]["planned_launch"]["host_us"] for e in shapes]
+    assert f"kernel[grid] 发射一次 kernel 要 {prose.span(launches, lambda v: tables.fmt(v, 3))} µs" in text
+    assert f"启动计划（第一次调用后记下编译好的 kernel 和不变的参数）只要 {prose.span(planned, lambda v: tables.fmt(v, 3))} µs" in text
+    assert max(planned) < min(launches)
     assert "autograd 一次 x*2 的 forward + backward" in text
     # the 8-layer step: 33 calls, ours' extra host time, and a step that is still faster
     assert "8 层训练 step（B=4、T=4096）每步 33 次 RMSNorm 调用" in text
@@ -90,6 +98,19 @@ def test_the_committed_sentence(committed):
     assert f"step 却比 F.rms_norm 快 {prose.pct(peer['median_ms'] / mine['median_ms'] - 1, 1)}" in text
     assert "被 GPU 工作盖住了" in text and "小模型、短序列" in text
     assert text.endswith("。\n") and text.count("\n") == 1
+
+
+def test_the_sentence_of_a_run_before_the_launch_plans(committed):
+    """host.json from before the plans (no planned parts): the launcher's cost per fwd + bwd, as then."""
+    import copy
+
+    data, step = copy.deepcopy(_data(committed))
+    for entry in data["results"]["shapes"]:
+        for part in report.PLANNED_PARTS:
+            entry["ours"].pop(part)
+    text = _sentence(data, step)
+    assert "启动计划" not in text and "一次 forward + backward 发射 3 个 kernel" in text
+    assert "forward 的参数准备" in text
 
 
 def test_the_extra_host_time_is_counted_per_step(committed):
@@ -151,7 +172,7 @@ def test_the_short_sentence_follows_the_data():
 
     data, step = copy.deepcopy(store.load("host")), store.load("step")
     text = report.short_sentence(data, step)
-    assert "在 3 个形状上慢于 F.rms_norm" in text and "仍比 F.rms_norm 快（95% 区间不重叠）" in text
+    assert "在 2 个形状上慢于 F.rms_norm" in text and "仍比 F.rms_norm 快（95% 区间不重叠）" in text
     for entry in data["results"]["shapes"]:  # ours as fast as F.rms_norm everywhere: nothing to warn about
         entry["fwd_bwd"]["triton"] = dict(entry["fwd_bwd"]["torch_rms_norm"])
     assert "都不慢于 F.rms_norm" in report.short_sentence(data, step)
