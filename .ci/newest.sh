@@ -31,4 +31,5 @@ echo "$versions"
 step "pytest: kernel and Qwen3 patch tests ($versions)"
 EXPECTED_TRANSFORMERS=$("$PY" -c 'import transformers; print(transformers.__version__)') \
   "$PY" -m pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-auto}" -rfEs \
-  tests/test_rmsnorm_*.py tests/test_triton_one_minute.py tests/test_qwen3_*.py "$@"
+  tests/test_rmsnorm_*.py tests/test_qk_norm_rope.py tests/test_swiglu.py tests/test_triton_one_minute.py \
+  tests/test_qwen3_*.py "$@"
