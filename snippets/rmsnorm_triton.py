@@ -853,10 +853,11 @@ MAX_PLANS = 512  # shapes x strides x dtypes seen; past it, the cache starts ove
 def _plan_key(*items):
     """What decides every launch argument of a call: each tensor's shape, strides,
     dtype, device and 16-byte alignment (Triton specializes on it), the other
-    arguments, and COMPILE_OPTIONS. None when calls take the usual path: under
-    torch.compile (Inductor launches the kernels), the interpreter, another
-    Triton, a tensor subclass, an argument of another type (its error is the
-    usual path's to raise)."""
+    arguments, COMPILE_OPTIONS, and the current CUDA device (Triton loads the
+    binary into it and launches on its stream). None when calls take the usual
+    path: under torch.compile (Inductor launches the kernels), the interpreter,
+    another Triton, a tensor subclass, an argument of another type (its error is
+    the usual path's to raise)."""
     if torch.compiler.is_compiling() or not _FAST_LAUNCH:
         return None
     key = [tuple(COMPILE_OPTIONS.values())]
@@ -869,7 +870,12 @@ def _plan_key(*items):
         elif item is not None and type(item) not in (bool, int, float, str):
             return None
         key.append(item)
+    key.append(_current_device())
     return tuple(key)
+
+
+def _current_device():
+    return torch.cuda.current_device() if _PLAN_DEVICE == "cuda" else None
 
 
 def _remember(key, plan) -> None:

@@ -181,6 +181,16 @@ def test_alignment_strides_and_eps_pick_their_own_plans(planning, device):
                                               config=rt.forward_config(64, device))[0])
 
 
+def test_the_current_device_is_part_of_the_key(planning, monkeypatch, device):
+    """A binary is loaded into the device that was current when it was compiled: after a
+    torch.cuda.set_device, the same tensors get a plan of their own."""
+    x, w, _ = inputs((4, 64), torch.float32, device, 10)
+    for current in (0, 1):
+        monkeypatch.setattr(rt, "_current_device", lambda current=current: current)
+        rt.rms_norm_forward(x, w, EPS)
+    assert sorted(key[-1] for key in rt._PLANS) == [0, 1]
+
+
 def test_calls_that_copy_are_not_planned(planning, device):
     """A strided last dim (rows_layout copies) or a strided weight: no plan, right result."""
     x = torch.randn(64, 6, device=device).t()  # last dim strided: copied
