@@ -46,8 +46,9 @@ import torch
 import triton
 import triton.language as tl
 
-from rmsnorm_triton import (COMPILE_OPTIONS, _interpreted, _inv_rms, compute_dtype,
-                            row_alignment, sm_count, split_eps)
+from rmsnorm_triton import (COMPILE_OPTIONS, _interpreted, _inv_rms, _stats_dtype,
+                            check_backend_device, compute_dtype, row_alignment,
+                            sm_count, split_eps)
 
 
 @triton.jit
@@ -330,12 +331,7 @@ def _check_tensor(name, t, device):
     if t.dtype not in _TL_DTYPES:
         raise TypeError(f"qk_norm_rope supports float16/bfloat16/float32/float64, "
                         f"got {name}={t.dtype}")
-    expected = "cpu" if _interpreted() else "cuda"
-    if t.device.type != expected:
-        mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if _interpreted()
-                else "the CUDA backend")
-        raise ValueError(f"{name} is on {t.device}, but Triton runs under {mode}: "
-                         f"expected a {expected} tensor")
+    check_backend_device(name, t)
     if device is not None and t.device != device:
         raise ValueError(f"q is on {device} but {name} is on {t.device}")
 
@@ -385,10 +381,6 @@ def _unit_last_stride(t: torch.Tensor) -> torch.Tensor:
 def _strides(t: torch.Tensor, *dims: int) -> list[int]:
     # Element strides of dims; 0 for a dim of size 1 (its only index is 0).
     return [t.stride(d) if t.shape[d] > 1 else 0 for d in dims]
-
-
-def _stats_dtype(compute) -> torch.dtype:
-    return torch.float64 if compute == tl.float64 else torch.float32
 
 
 def _hf_layout(batch, seq_len, heads, head_dim, dtype, device) -> torch.Tensor:

@@ -637,6 +637,16 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def check_backend_device(name: str, tensor: torch.Tensor) -> None:
+    """A tensor on the device Triton runs on: CUDA, or the CPU under the interpreter."""
+    expected = "cpu" if _interpreted() else "cuda"
+    if tensor.device.type != expected:
+        mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if _interpreted()
+                else "the CUDA backend")
+        raise ValueError(f"{name} is on {tensor.device}, but Triton runs under "
+                         f"{mode}: expected a {expected} tensor")
+
+
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """Reject what the kernels would get wrong, with a message naming the problem."""
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
@@ -651,13 +661,8 @@ def check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
                          f"dim; got {tuple(weight.shape)}")
     if not (isinstance(eps, (int, float)) and eps > 0 and eps != float("inf")):
         raise ValueError(f"eps must be a positive finite float, got {eps!r}")
-    expected = "cpu" if _interpreted() else "cuda"
     for name, tensor in (("x", x), ("weight", weight)):
-        if tensor.device.type != expected:
-            mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if _interpreted()
-                    else "the CUDA backend")
-            raise ValueError(f"{name} is on {tensor.device}, but Triton runs under "
-                             f"{mode}: expected a {expected} tensor")
+        check_backend_device(name, tensor)
     if x.device != weight.device:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
 

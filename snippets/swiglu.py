@@ -53,7 +53,8 @@ from triton.language.extra import libdevice
 
 from rmsnorm_config import cached_outside_compile
 from rmsnorm_triton import (_FLOAT_DTYPES, COMPILE_OPTIONS, _interpreted, _load_tile,
-                            _row_offsets, compute_dtype, row_alignment, rows_layout)
+                            _power_of_two, _row_offsets, check_backend_device,
+                            compute_dtype, row_alignment, rows_layout)
 # --8<-- [end:imports]
 
 
@@ -220,10 +221,6 @@ def launch_config(n_cols: int, itemsize: int) -> SwiGLUConfig:
 MAX_GRID_COLS = 65535  # CUDA's limit on the grid's second dimension
 
 
-def _power_of_two(value) -> bool:
-    return isinstance(value, int) and value >= 1 and value & (value - 1) == 0
-
-
 def check_config(config: SwiGLUConfig, n_cols: int) -> None:
     """Reject a launch config the kernels cannot run on rows of n_cols."""
     if not isinstance(config, SwiGLUConfig):
@@ -254,7 +251,6 @@ def check_inputs(gate, up, d_act=None) -> None:
                             f"{name} is {tensor.dtype}")
     if gate.dim() == 0:
         raise ValueError("swiglu needs at least one dimension; got 0-dim tensors")
-    expected = "cpu" if _interpreted() else "cuda"
     for name, tensor in named:
         if tensor.dtype != gate.dtype:
             raise TypeError(f"{name} is {tensor.dtype} but gate is {gate.dtype}: "
@@ -262,11 +258,7 @@ def check_inputs(gate, up, d_act=None) -> None:
         if tensor.shape != gate.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)} but gate has "
                              f"{tuple(gate.shape)}")
-        if tensor.device.type != expected:
-            mode = ("TRITON_INTERPRET=1 (CPU interpreter)" if _interpreted()
-                    else "the CUDA backend")
-            raise ValueError(f"{name} is on {tensor.device}, but Triton runs under "
-                             f"{mode}: expected a {expected} tensor")
+        check_backend_device(name, tensor)
         if tensor.device != gate.device:
             raise ValueError(f"{name} is on {tensor.device} but gate is on "
                              f"{gate.device}")
