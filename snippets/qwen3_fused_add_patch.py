@@ -42,6 +42,10 @@ HF_NORM = modeling_qwen3.Qwen3RMSNorm
 HF_LAYER = modeling_qwen3.Qwen3DecoderLayer
 HF_MODEL = modeling_qwen3.Qwen3Model
 # --8<-- [end:imports]
+# The transformers code this patch mirrors or leans on (qwen3_mirrored_code.PIECES).
+MIRRORED = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "GradientCheckpointingLayer",
+            "capture_outputs", "install_output_capuring_hook", "_CanRecordRegistry",
+            "merge_with_config_defaults")
 for _hf in (HF_NORM, HF_LAYER, HF_MODEL):
     if _hf.__module__ != modeling_qwen3.__name__:
         raise ImportError(f"modeling_qwen3.{_hf.__name__} comes from {_hf.__module__}: "
@@ -167,7 +171,7 @@ FUSED = {HF_NORM: Qwen3RMSNorm, HF_LAYER: Qwen3DecoderLayer, HF_MODEL: Qwen3Mode
 def patch_qwen3_fused_add_rmsnorm():
     """Make modeling_qwen3 build the fused classes; call it before building the
     model (from_config, from_pretrained). Returns undo()."""
-    check_transformers("qwen3_fused_add_patch")
+    check_transformers("qwen3_fused_add_patch", pieces=MIRRORED)
     current = [getattr(modeling_qwen3, hf.__name__) for hf in FUSED]
     if current == list(FUSED.values()):
         raise RuntimeError("Qwen3 is already patched for the fused residual add")
@@ -187,7 +191,7 @@ def patch_qwen3_fused_add_rmsnorm():
 def apply_fused_add_rmsnorm(model: torch.nn.Module):
     """Turn the Qwen3 modules of a built model into the fused classes, in place
     (parameters, buffers and hooks stay). Returns undo()."""
-    check_transformers("qwen3_fused_add_patch")
+    check_transformers("qwen3_fused_add_patch", pieces=MIRRORED)
     found = [m for m in model.modules() if isinstance(m, tuple(FUSED.values()))]
     if found:
         raise RuntimeError("this model's residual adds are already fused")

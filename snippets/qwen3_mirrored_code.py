@@ -34,20 +34,30 @@ PIECES = (
     "install_output_capuring_hook",  # (sic) what a recorded layer output is
     "_CanRecordRegistry",  # where a model class's recorded outputs are looked up
     "merge_with_config_defaults",  # fills use_cache and friends from the config
+    "Qwen3Attention",  # the fusion patch rewrites its forward: q/k norm + RoPE fused
+    "rotate_half",  # RoPE's arithmetic, reproduced by the fused q/k kernel
+    "apply_rotary_pos_emb",
+    "Qwen3RotaryEmbedding",  # makes cos and sin: their dtype and layout
+    "Qwen3MLP",  # the fusion patch rewrites its forward: SwiGLU fused
 )
 
 # transformers versions the patch tests ran on -> fingerprint (PIECES' digests).
 TESTED = {
     "5.17.0": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
-              "2a9119043510 11ef8bfcb7a5 missing 9f836ac40e77",
+              "2a9119043510 11ef8bfcb7a5 missing 9f836ac40e77 "
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 7d8081c15b2e ed2873bc9f1b",
     "5.22.2": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
-              "4d3c49258e84 11ef8bfcb7a5 missing 9f836ac40e77",
+              "4d3c49258e84 11ef8bfcb7a5 missing 9f836ac40e77 "
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 ed2873bc9f1b",
     "5.23.0": "d2f0569a389c 33b93ae7299a 2c8323462173 f03cdbec4366 "
-              "5a173dabc469 2865397999c8 46599738c9aa 9f836ac40e77",
+              "5a173dabc469 2865397999c8 46599738c9aa 9f836ac40e77 "
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 ed2873bc9f1b",
     "5.24.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
-              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131",
+              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131 "
+              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 ed2873bc9f1b",
     "5.25.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
-              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131",
+              "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131 "
+              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 ed2873bc9f1b",
 }
 # --8<-- [end:pieces]
 
@@ -108,7 +118,9 @@ def _defining_modules() -> dict:
 
     capturing = home("capture_outputs")
     return {"Qwen3RMSNorm": modeling_qwen3, "Qwen3DecoderLayer": modeling_qwen3,
-            "Qwen3Model": modeling_qwen3,
+            "Qwen3Model": modeling_qwen3, "Qwen3Attention": modeling_qwen3,
+            "rotate_half": modeling_qwen3, "apply_rotary_pos_emb": modeling_qwen3,
+            "Qwen3RotaryEmbedding": modeling_qwen3, "Qwen3MLP": modeling_qwen3,
             "GradientCheckpointingLayer": home("GradientCheckpointingLayer"),
             "capture_outputs": capturing, "install_output_capuring_hook": capturing,
             "_CanRecordRegistry": capturing,

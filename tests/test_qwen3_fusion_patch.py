@@ -1,0 +1,340 @@
+"""apply_qwen3_fusion: the whole fusion set through one entry point, each part switchable, and
+everything HF's Qwen3 does still works: loss and gradients, gradient checkpointing (it still
+recomputes the fused calls), the KV cache and generate, output_attentions and
+output_hidden_states, parameters and state_dict, exact undo, clear refusals. Both ways in:
+on a built model (in place) and before the model is built. Runs on every transformers the
+suite runs (.ci/test.sh: tests/test_qwen3_*.py)."""
+import warnings
+
+import pytest
+import torch
+import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
+from transformers import Qwen3ForCausalLM
+
+import qwen3_fusion_patch
+import qwen3_mirrored_code
+import swiglu
+from qwen3_configs import tiny_qwen3_config
+from qwen3_fusion_patch import HF_ATTENTION, HF_MLP, apply_qwen3_fusion
+from qwen3_fused_add_patch import HF_LAYER, HF_MODEL, HF_NORM
+from rmsnorm_triton import TritonQwen3RMSNorm
+
+HF = {"Qwen3RMSNorm": HF_NORM, "Qwen3DecoderLayer": HF_LAYER, "Qwen3Model": HF_MODEL,
+      "Qwen3Attention": HF_ATTENTION, "Qwen3MLP": HF_MLP}
+WAYS = ("apply", "patch")
+ALL = dict(rms_norm=True, fused_add=True, qk_norm_rope=True, swiglu=True)
+
+
+@pytest.fixture(autouse=True)
+def restore_hf():
+    yield
+    for name, cls in HF.items():
+        setattr(modeling_qwen3, name, cls)
+
+
+def module_globals():
+    return {name: getattr(modeling_qwen3, name) for name in HF}
+
+
+def tiny_model(device, dtype=torch.float32, layers=2, **overrides):
+    """A tiny HF Qwen3 with non-trivial norm weights (a wrong weight path would show)."""
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(tiny_qwen3_config(num_hidden_layers=layers, **overrides))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    return model.to(device=device, dtype=dtype)
+
+
+def fused(model, way, **parts):
+    """(model fused as a reader would, undo). "apply": in place; "patch": a new model built
+    under the build-time patch, loaded with the weights."""
+    parts = ALL | parts
+    if way == "apply":
+        return model, apply_qwen3_fusion(model, **parts)
+    undo_patch = apply_qwen3_fusion(**parts)
+    built = Qwen3ForCausalLM(model.config)
+    undo_patch()
+    built.load_state_dict(model.state_dict())
+    parameter = next(model.parameters())
+    return built.to(device=parameter.device, dtype=parameter.dtype), lambda: None
+
+
+def batch(model, device, shape=(2, 12), seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, shape, generator=gen).to(device)
+
+
+def loss_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach().double(), {n: p.grad.double() for n, p in model.named_parameters()}
+
+
+def rel_err(got, ref):
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Calls of the fused q/k and SwiGLU functions, as the patch makes them."""
+    seen = {"qk_norm_rope": 0, "swiglu": 0}
+
+    def counted(module, name):
+        inner = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            seen[name] += 1
+            return inner(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(qwen3_fusion_patch, "qk_norm_rope")
+    counted(swiglu, "swiglu")  # qwen3_mlp_forward looks it up in swiglu's globals
+    return seen
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_loss_and_every_grad_match_hf(device, way, calls):
+    model = tiny_model(device)
+    ids = batch(model, device)
+    ref_loss, ref_grads = loss_and_grads(model, ids)
+    fused_model, undo = fused(model, way)
+    loss, grads = loss_and_grads(fused_model, ids)
+    undo()
+    assert calls == {"qk_norm_rope": 2, "swiglu": 2}  # one per layer each
+    assert rel_err(loss, ref_loss) < 1e-6
+    assert grads.keys() == ref_grads.keys()
+    worst = {name: rel_err(grads[name], ref_grads[name]) for name in grads}
+    assert max(worst.values()) < 1e-5, worst
+
+
+@pytest.mark.parametrize("part", ["rms_norm", "qk_norm_rope", "swiglu"])
+def test_each_part_switches_alone(device, part, calls):
+    """One part on: only its modules change, the others stay HF's and run HF's code."""
+    model = tiny_model(device)
+    ids = batch(model, device)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    only = {name: name == part for name in ALL}
+    undo = apply_qwen3_fusion(model, **only)
+    kinds = {type(m) for m in model.modules()}
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    undo()
+    assert (TritonQwen3RMSNorm in kinds) == (part == "rms_norm")
+    assert (qwen3_fusion_patch.Qwen3Attention in kinds) == (part == "qk_norm_rope")
+    assert (qwen3_fusion_patch.Qwen3MLP in kinds) == (part == "swiglu")
+    assert calls == {"qk_norm_rope": 2 * (part == "qk_norm_rope"), "swiglu": 2 * (part == "swiglu")}
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("way, use_reentrant", [("apply", True), ("patch", False)],
+                         ids=["apply-reentrant", "patch-non_reentrant"])
+def test_checkpointing_recomputes_the_fused_calls(device, way, use_reentrant, calls):
+    """With checkpointing on, the backward recomputes each layer: every fused call runs twice
+    per layer (once without), and the gradients still match HF's."""
+    model = tiny_model(device)
+    ids = batch(model, device)
+    ref_loss, ref_grads = loss_and_grads(model, ids)
+    fused_model, undo = fused(model, way)
+    fused_model.train()
+    loss_and_grads(fused_model, ids)
+    assert calls == {"qk_norm_rope": 2, "swiglu": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        fused_model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    loss, grads = loss_and_grads(fused_model, ids)
+    undo()
+    assert calls == {"qk_norm_rope": 2 + 4, "swiglu": 2 + 4}
+    assert rel_err(loss, ref_loss) < 1e-6
+    assert max(rel_err(grads[n], ref_grads[n]) for n in grads) < 1e-5
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_generate_with_cache_and_padding_matches_hf(device, way):
+    model = tiny_model(device).eval()
+    ids = batch(model, device, (2, 8))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding in the first row
+    options = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, use_cache=True,
+                   pad_token_id=0)
+    expected = model.generate(ids, **options)
+    fused_model, undo = fused(model, way)
+    tokens = fused_model.eval().generate(ids, **options)
+    undo()
+    assert torch.equal(tokens, expected)
+
+
+@pytest.mark.parametrize("name", ["past_key_values", "cache"])
+def test_either_cache_name_reaches_the_fused_attention(device, name):
+    """The KV cache under either name HF's Qwen3Model takes (5.24 on: `cache`, with
+    past_key_values an alias; before: past_key_values only)."""
+    import inspect
+
+    if name not in inspect.signature(HF_MODEL.forward).parameters and name == "cache":
+        pytest.skip("this transformers' Qwen3Model takes no `cache`")
+    model = tiny_model(device).eval()
+    ids = batch(model, device, (1, 6))
+    with torch.no_grad():
+        expected = model.model(input_ids=ids).last_hidden_state[:, 4:]
+    undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, swiglu=False)
+    with torch.no_grad():
+        cache = modeling_qwen3.DynamicCache(config=model.config)
+        model.model(input_ids=ids[:, :4], use_cache=True, **{name: cache})
+        step = model.model(input_ids=ids[:, 4:], use_cache=True, **{name: cache})
+    undo()
+    assert cache.get_seq_length() == 6
+    torch.testing.assert_close(step.last_hidden_state, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_attentions_and_hidden_states_are_hfs(device, way):
+    model = tiny_model(device, layers=3, attn_implementation="eager")
+    ids = batch(model, device)
+    options = dict(output_attentions=True, output_hidden_states=True)
+    with torch.no_grad():
+        expected = model(input_ids=ids, **options)
+        fused_model, undo = fused(model, way)
+        got = fused_model(input_ids=ids, **options)
+    undo()
+    assert len(got.attentions) == len(got.hidden_states) - 1 == 3
+    for ours, theirs in zip(got.attentions + got.hidden_states,
+                            expected.attentions + expected.hidden_states):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_undo_is_exact(device):
+    """Undo puts back the same module objects and classes: the model computes HF's bits."""
+    model = tiny_model(device)
+    ids = batch(model, device)
+    before = [(name, m, type(m)) for name, m in model.named_modules()]
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    for parts in (ALL, ALL | {"fused_add": False}):
+        undo = apply_qwen3_fusion(model, **parts)
+        assert dict(model.named_parameters()).keys() == parameters.keys()
+        assert all(p is parameters[n] for n, p in model.named_parameters())  # no copies
+        undo()
+        undo()  # a second undo changes nothing
+        assert [(name, m, type(m)) for name, m in model.named_modules()] == before
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, expected)
+
+
+def test_a_model_built_under_the_patch_keeps_hf_names_and_keys(device):
+    reference = tiny_model(device)
+    model, _ = fused(reference, "patch")
+    assert list(model.state_dict()) == list(reference.state_dict())
+    names = {type(m).__name__ for m in model.modules()}
+    assert set(model._no_split_modules) <= names
+    assert {"Qwen3Attention", "Qwen3MLP"} <= names
+    assert type(model.model.layers[0].self_attn).__module__ == "qwen3_fusion_patch"
+    assert module_globals() == HF  # the build-time patch was undone
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_untested_transformers_code_is_refused_by_name(device, monkeypatch, way):
+    real = qwen3_mirrored_code.fingerprint()
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint",
+                        lambda: dict(real, Qwen3Attention="0123456789ab"))
+    model = tiny_model(device)
+    classes = [type(m) for m in model.modules()]
+    with pytest.raises(RuntimeError, match=r"\(qk_norm_rope\).* in Qwen3Attention"):
+        apply_qwen3_fusion(model if way == "apply" else None)
+    assert module_globals() == HF and [type(m) for m in model.modules()] == classes
+    apply_qwen3_fusion(model, qk_norm_rope=False)()  # the other parts do not mirror it
+
+
+def test_another_patch_is_refused_and_nothing_is_left_half_done(device):
+    class OtherMLP(HF_MLP):
+        pass
+
+    modeling_qwen3.Qwen3MLP = OtherMLP
+    with pytest.raises(RuntimeError, match="Qwen3MLP is already .*OtherMLP"):
+        apply_qwen3_fusion()
+    assert module_globals() == HF | {"Qwen3MLP": OtherMLP}  # norms and attention undone
+    modeling_qwen3.Qwen3MLP = HF_MLP
+
+    model = tiny_model(device)
+    undo = apply_qwen3_fusion(model)
+    with pytest.raises(RuntimeError, match="already fused"):
+        apply_qwen3_fusion(model)
+    undo()
+
+
+def test_clear_errors_for_what_it_cannot_fuse(device):
+    with pytest.raises(ValueError, match="no Qwen3Model"):
+        apply_qwen3_fusion(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="fused_add needs rms_norm"):
+        apply_qwen3_fusion(rms_norm=False)
+    with pytest.raises(ValueError, match="no part chosen"):
+        apply_qwen3_fusion(rms_norm=False, fused_add=False, qk_norm_rope=False, swiglu=False)
+    model = tiny_model(device, hidden_act="gelu")
+    with pytest.raises(ValueError, match="hidden_act is 'gelu'"):
+        apply_qwen3_fusion(model)
+    model = tiny_model(device)
+    model.model.layers[1].self_attn.k_norm = torch.nn.RMSNorm(16)  # some other norm
+    classes = [type(m) for m in model.modules()]
+    with pytest.raises(TypeError, match="torch.nn.modules.normalization.RMSNorm"):
+        apply_qwen3_fusion(model)
+    assert [type(m) for m in model.modules()] == classes
+    assert module_globals() == HF
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("way", WAYS)
+def test_bf16_loss_and_grads_stay_close_to_hf(way):  # pragma: gpu only
+    model = tiny_model("cuda", dtype=torch.bfloat16, layers=3, hidden_size=256,
+                       intermediate_size=768, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=64)
+    ids = batch(model, "cuda", (4, 64))
+    ref_loss, ref_grads = loss_and_grads(model, ids)
+    fused_model, undo = fused(model, way)
+    loss, grads = loss_and_grads(fused_model, ids)
+    undo()
+    assert rel_err(loss, ref_loss) < 2e-3
+    worst = {n: rel_err(grads[n], ref_grads[n]) for n in grads}
+    assert max(worst.values()) < 3e-2, worst
+
+
+@pytest.mark.gpu
+def test_regional_compile_is_fullgraph_without_breaks_or_warnings():  # pragma: gpu only
+    """Each fused decoder layer compiles as one graph; the compiled model computes the
+    eager fused model's loss."""
+    import torch._dynamo
+
+    model = tiny_model("cuda", dtype=torch.bfloat16)
+    ids = batch(model, "cuda")
+    apply_qwen3_fusion(model)
+    eager_loss, _ = loss_and_grads(model, ids)
+    torch._dynamo.reset()
+    layer = model.model.layers[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for layer_ in model.model.layers:
+            layer_.compile(fullgraph=True)
+        loss, grads = loss_and_grads(model, ids)
+    ours = [w for w in caught if "snippets" in str(w.filename)]
+    assert not ours, [str(w.message) for w in ours]
+    assert all(g.isfinite().all() for g in grads.values())
+    torch.testing.assert_close(loss, eager_loss, rtol=2e-2, atol=2e-2)
+    assert layer._compiled_call_impl is not None
+
+
+def test_the_demo_runs_and_matches_hf(capsys):
+    """The module's demo, as a reader runs it: fused loss equal to HF's to 6 digits."""
+    import runpy
+
+    runpy.run_path(qwen3_fusion_patch.__file__, run_name="__main__")
+    out = capsys.readouterr().out
+    losses = [float(part.split()[-1]) for part in out.splitlines()[0].split(",")]
+    assert out.startswith("loss: HF") and abs(losses[0] - losses[1]) < 1e-5, out
+    assert ("fused modules: {'Qwen3Attention': 2, 'Qwen3DecoderLayer': 2, 'Qwen3MLP': 2, "
+            "'Qwen3Model': 1, 'Qwen3RMSNorm': 9}") in out
+    assert "after undo: transformers.models.qwen3.modeling_qwen3" in out
+    assert module_globals() == HF
