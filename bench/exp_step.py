@@ -25,6 +25,10 @@ no patch, compile cache in memory or allocator state leaks from one into the nex
 * ``liger``           ``liger_kernel.transformers.apply_liger_kernel_to_qwen3()`` with its defaults
   (rope, rms_norm, swiglu, fused linear cross-entropy), applied before the model is built.
 
+Experiment ``step_fusion`` (bench/exp_step_fusion.py) runs this module's machinery over the fusion-set tiers
+(``FUSION_PARTS``: our RMSNorm plus one of our kernels or Liger's in its place, our whole set, Liger's patch
+without its loss); ``run(args, name=..., default=...)`` serves both.
+
 Environment knobs: ``BENCH_STEP_CONTENDERS=eager,triton`` runs a subset; ``BENCH_STEP_BUDGET_S`` (default 480)
 bounds the whole run: a contender that would start with less than 30 s left is recorded as skipped.
 
@@ -89,7 +93,27 @@ CONTENDERS = {
     "compile": "HF + torch.compile",
     "triton_compile": "HF + Triton RMSNorm + torch.compile",
     "liger": "Liger-Kernel (full Qwen3 patch)",
+    # The fusion set, kernel by kernel against Liger's (experiment step_fusion, bench/exp_step_fusion.py).
+    "triton_qk_rope": "HF + Triton RMSNorm + Triton QK-norm + RoPE",
+    "triton_liger_rope": "HF + Triton RMSNorm + Liger RoPE",
+    "triton_swiglu": "HF + Triton RMSNorm + Triton SwiGLU",
+    "triton_liger_swiglu": "HF + Triton RMSNorm + Liger SwiGLU",
+    "fusion_set": "Triton fusion set (RMSNorm, fused add, QK-norm + RoPE, SwiGLU)",
+    "liger_no_loss": "Liger-Kernel (rope, rms_norm, swiglu; HF's loss)",
 }
+# Which parts of snippets/qwen3_fusion_patch.py and of Liger's Qwen3 patch each contender applies.
+FUSION_PARTS = {
+    "triton_qk_rope": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": True, "swiglu": False}, None),
+    "triton_liger_rope": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": False},
+                          "rope"),
+    "triton_swiglu": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": True}, None),
+    "triton_liger_swiglu": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": False},
+                            "swiglu"),
+    "fusion_set": ({"rms_norm": True, "fused_add": True, "qk_norm_rope": True, "swiglu": True}, None),
+    "liger_no_loss": (None, ("rope", "rms_norm", "swiglu")),
+}
+STEP_CONTENDERS = ["eager", "torch_rmsnorm", "triton_fwd", "triton", "triton_fused_add", "compile",
+                   "triton_compile", "liger"]  # experiment "step"; the rest are step_fusion's
 COMPILED = {"compile", "triton_compile"}
 BASELINE = "eager"  # every step is compared with HF as shipped
 OURS = "triton"
@@ -119,21 +143,40 @@ def _torch_rmsnorm_class():
         x, weight.shape, weight, eps))
 
 
+def _apply_liger(parts, on_gpu: bool) -> dict:
+    """Liger's Qwen3 patch with only ``parts`` on (before the model is built); its options."""
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+    except Exception as error:  # not installed on this machine
+        raise ContenderSkipped(f"liger_kernel not importable: {error!r}") from error
+    if not on_gpu:
+        raise ContenderSkipped("Liger's kernels do not run under TRITON_INTERPRET (float eps .to()); GPU only")
+    options = dict(rope="rope" in parts, rms_norm="rms_norm" in parts, swiglu="swiglu" in parts,
+                   fused_linear_cross_entropy="fused_linear_cross_entropy" in parts, cross_entropy=False)
+    apply_liger_kernel_to_qwen3(**options)
+    return options
+
+
 def _install_patch(contender: str, on_gpu: bool) -> dict:
     """Apply the contender's patch to transformers' modeling_qwen3 (before the model is built)."""
     if contender in ("eager", "compile"):
         return {"norm_class": "Qwen3RMSNorm"}
     if contender == "liger":
-        try:
-            from liger_kernel.transformers import apply_liger_kernel_to_qwen3
-        except Exception as error:  # not installed on this machine
-            raise ContenderSkipped(f"liger_kernel not importable: {error!r}") from error
-        if not on_gpu:
-            raise ContenderSkipped("Liger's RMSNorm kernel does not run under TRITON_INTERPRET (float eps .to()); GPU only")
-        options = dict(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
-                       cross_entropy=False)
-        apply_liger_kernel_to_qwen3(**options)
+        options = _apply_liger(("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy"), on_gpu)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
+    if contender in FUSION_PARTS:
+        from qwen3_fusion_patch import apply_qwen3_fusion  # before Liger's: it keeps HF's classes
+
+        ours, liger = FUSION_PARTS[contender]
+        info = {}
+        if liger:  # Liger's part first: it replaces module attributes our patch then checks
+            info["liger_options"] = _apply_liger(liger, on_gpu)
+        if ours:
+            apply_qwen3_fusion(**ours)  # this process only ever builds this one model
+            info["fusion_parts"] = ours
+        norm = ("LigerRMSNorm" if not ours else "Qwen3RMSNorm" if ours["fused_add"]
+                else "TritonQwen3RMSNorm")
+        return info | {"norm_class": norm}
     if contender == "triton_fused_add":  # modeling_qwen3 builds the fused subclasses
         patch_qwen3_fused_add_rmsnorm()
         return {"norm_class": "Qwen3RMSNorm", "patch": "qwen3_fused_add_patch"}
@@ -359,10 +402,10 @@ def run_child(contender: str, args, out: pathlib.Path, profiled: bool = True) ->
 
 # ---------------------------------------------------------------- all contenders (parent process)
 
-def selected_contenders() -> list[str]:
+def selected_contenders(default: list[str] = STEP_CONTENDERS) -> list[str]:
     wanted = os.environ.get("BENCH_STEP_CONTENDERS")
     if not wanted:
-        return list(CONTENDERS)
+        return list(default)
     contenders = [t.strip() for t in wanted.split(",") if t.strip()]
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
@@ -451,9 +494,12 @@ def _run_one(contender: str, args, tmp: pathlib.Path, round_index: int, timeout:
                                  timeout, extra)
 
 
-def run(args) -> dict:
-    cfg = mode.gpu_or_quick(args, NAME, step_config(True), step_config(False)).setup
-    contenders = selected_contenders()
+def run(args, name: str = NAME, default: list[str] = STEP_CONTENDERS, baseline: str = BASELINE,
+        ours: str = OURS) -> dict:
+    """Every contender of ``default`` (or BENCH_STEP_CONTENDERS) in ``rounds`` interleaved processes; the
+    record of experiment ``name`` (step, or step_fusion: bench/exp_step_fusion.py)."""
+    cfg = mode.gpu_or_quick(args, name, step_config(True), step_config(False)).setup
+    contenders = selected_contenders(default)
     budget_s = float(os.environ.get("BENCH_STEP_BUDGET_S", 540))  # all rounds; a device job gets 600 s
     began = time.perf_counter()
     records = {c: [] for c in contenders}
@@ -475,7 +521,7 @@ def run(args) -> dict:
     cfg["geometry"] = {k: getattr(model, k) for k in (
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps")}
-    cfg.update(step=STEP_DEFINITION, attention="sdpa", contenders=contenders, baseline=BASELINE, ours=OURS,
+    cfg.update(step=STEP_DEFINITION, attention="sdpa", contenders=contenders, baseline=baseline, ours=ours,
                tie_rule=TIE_RULE, budget_s=budget_s, resolution=resolution(results),
                interval=f"{stats.CONFIDENCE:.0%} two-level bootstrap of the pooled median ({stats.RESAMPLES} "
                         "resamples: processes, then steps within each)",

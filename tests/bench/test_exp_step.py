@@ -82,7 +82,7 @@ def test_no_annotation_no_attribution():
 
 def test_tier_selection(monkeypatch):
     monkeypatch.delenv("BENCH_STEP_CONTENDERS", raising=False)
-    assert exp_step.selected_contenders() == list(exp_step.CONTENDERS)
+    assert exp_step.selected_contenders() == exp_step.STEP_CONTENDERS
     monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager, triton")
     assert exp_step.selected_contenders() == ["eager", "triton"]
     monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager,fast")

@@ -1,0 +1,65 @@
+"""step_fusion.json -> 番外二's step table: each of our kernels against Liger's in the same tier, and the set
+against Liger's patch without its loss; ranked only where the 95 % intervals are disjoint."""
+from __future__ import annotations
+
+from bench.report import prose, tables
+from bench.report.step import _caption, _interval_head, contender_rows, label, level, relation
+
+NAME = "step_fusion"
+# What each pair compares, in the page's words: (ours, Liger's in its place, what the pair adds).
+PAIR_WORDS = {"triton_qk_rope": "QK-norm + RoPE", "triton_swiglu": "SwiGLU", "fusion_set": "整套"}
+
+
+def rows_by_contender(data: dict) -> dict[str, dict]:
+    return {r["contender"]: r for r in contender_rows(data)}
+
+
+def pair_sentence(data: dict) -> str:
+    """One clause per pair: ours against Liger's in the same tier, '持平' unless the intervals are disjoint."""
+    cfg = data["config"]
+    rows = rows_by_contender(data)
+    clauses = []
+    for ours, theirs in cfg["pairs"]:
+        a, b = rows.get(ours), rows.get(theirs)
+        if not a or not b or a["status"] != "ok" or b["status"] != "ok":
+            clauses.append(f"{PAIR_WORDS[ours]}：未比较（有一档没有运行）")
+            continue
+        clauses.append(f"{PAIR_WORDS[ours]}：{label(ours)}{relation(a, b, cfg, label(theirs))}")
+    return "；".join(clauses) + "。"
+
+
+def wins(data: dict) -> dict[str, bool | None]:
+    """ours -> True (faster, intervals disjoint), False (slower, disjoint), None (level or not run)."""
+    cfg = data["config"]
+    rows = rows_by_contender(data)
+    out = {}
+    for ours, theirs in cfg["pairs"]:
+        a, b = rows.get(ours), rows.get(theirs)
+        if not a or not b or a["status"] != "ok" or b["status"] != "ok" or level(a, b, cfg):
+            out[ours] = None
+        else:
+            out[ours] = a["step"] < b["step"]
+    return out
+
+
+def render(data: dict) -> dict[str, str]:
+    f = tables.fmt
+    cfg = data["config"]
+    rows = contender_rows(data)
+    base = rows_by_contender(data).get(cfg["baseline"])
+    body = []
+    for r in rows:
+        if r["status"] != "ok":
+            body.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—"])
+            continue
+        ratio = base["step"] / r["step"] if base and base["status"] == "ok" else None
+        body.append([label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
+                     prose.times(ratio, 3) if ratio else "—",
+                     f(r["peak"], 3) if r["peak"] is not None else "—"])
+    table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), f"相对{label(cfg['baseline'])}",
+                             "峰值显存（GiB）"], body, "lrrrr")
+    return {
+        "step_fusion_table.md": prose.page(table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。",
+                                           pair_sentence(data)),
+        "step_fusion_sentence.md": pair_sentence(data) + "\n",
+    }
