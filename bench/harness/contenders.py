@@ -246,3 +246,43 @@ def swiglu_contenders(names, dtype, device, skipped: dict) -> dict:
     builds = {"hf": lambda: hf_swiglu, "compile_hf": lambda: compiled(hf_swiglu, device),
               "liger": lambda: _on_cuda(device, liger), "triton_swiglu": ours}
     return _built(names, builds, (), skipped)
+
+
+QKV = ("three_gemms", "compile_three", "merged_gemm")
+
+
+class HFQKVProjections(torch.nn.Module):
+    """Qwen3Attention's three projections as HF builds them: q_proj, k_proj, v_proj, ``nn.Linear`` without
+    bias, each reading the same x (attention_bias=False in every Qwen3 config)."""
+
+    def __init__(self, hidden: int, q_out: int, kv_out: int):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(hidden, q_out, bias=False)
+        self.k_proj = torch.nn.Linear(hidden, kv_out, bias=False)
+        self.v_proj = torch.nn.Linear(hidden, kv_out, bias=False)
+
+    def forward(self, x):
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
+def qkv_contenders(names, hidden: int, q_out: int, kv_out: int, dtype, device, skipped: dict) -> dict:
+    """``id -> (fn(x) -> (q, k, v), weights)`` for the QKV projection contenders ``names`` (from :data:`QKV`):
+    x (tokens, hidden) in, q (tokens, q_out), k and v (tokens, kv_out) out. ``three_gemms`` is HF's three
+    ``nn.Linear`` (three F.linear calls), ``compile_three`` torch.compile of the same module, ``merged_gemm``
+    one F.linear with the weight ``cat(q_proj.weight, k_proj.weight, v_proj.weight)`` (same values, one
+    contiguous parameter of shape (q_out + 2 kv_out, hidden)) whose output is split into three views."""
+    hf = HFQKVProjections(hidden, q_out, kv_out).to(device=device, dtype=dtype)
+    three = (hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight)
+    merged = torch.nn.Parameter(torch.cat([w.detach() for w in three]))
+
+    def merged_gemm(x):
+        return torch.nn.functional.linear(x, merged).split((q_out, kv_out, kv_out), dim=-1)
+
+    builds = {"three_gemms": lambda: (hf, three), "compile_three": lambda: (compiled(hf, device), three),
+              "merged_gemm": lambda: (merged_gemm, (merged,))}
+    out = {}
+    for name in names:
+        built = optional_contender(name, skipped, builds[name])
+        if built is not None:
+            out[name] = built
+    return out

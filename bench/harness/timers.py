@@ -140,6 +140,23 @@ def profiler_time_us(fns, calls: int = 10, on_gpu=None) -> dict:
     return sample_stats([us / 1e3 for us in samples_us]) | {"device_activities": statistics.median(activities)}
 
 
+def device_kernel_names(fn, on_gpu=None) -> list[str] | None:
+    """The names of the device activities (kernels, memsets, copies) one call of ``fn`` runs, in the order they
+    started, from the torch profiler after one warm-up call; None without a GPU. How many launches a call makes."""
+    if not (gpu_available() if on_gpu is None else on_gpu):
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    device = sorted(device_activities(prof.events(), DeviceType.CUDA), key=lambda e: e.time_range.start)
+    return [e.name for e in device]
+
+
 def call_times_ms(fns, calls: int, on_gpu=None) -> list[float]:
     """The time of each of ``calls`` calls, cycling through ``fns``, in ms: CUDA events around
     each call, waited for before the next. For calls long enough to time one by one (a training step)."""

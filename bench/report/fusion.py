@@ -1,14 +1,22 @@
-"""fusion.json -> the 番外二 page's op-level tables: QK-norm + RoPE and SwiGLU, every contender side by side.
+"""fusion.json -> the 番外二 page's op-level tables: QK-norm + RoPE and SwiGLU, every contender side by side,
+and the merged QKV projection (one GEMM against three).
 
-Per kernel and phase (forward, forward + backward) one table: a row per shape (the Qwen3 sizes that have it),
-this site's kernel in µs with its share of the copy ceiling, and each peer's time ÷ ours (above 1: ours is
-faster). The takeaway compares ours with the fastest peer under the run's tie rule (level within 2 %).
+Per memory-bound kernel and phase (forward, forward + backward) one table: a row per shape (the Qwen3 sizes
+that have it), this site's kernel in µs with its share of the copy ceiling, and each peer's time ÷ ours
+(above 1: ours is faster). The takeaway compares ours with the fastest peer under the run's tie rule (level
+within 2 %).
+
+A GEMM kernel (its config names a ``baseline`` and a ``merged`` contender instead of ``ours``: ``qkv``) gets
+one file, ``fusion_<kernel>.md``, only when the data holds it, with a table per phase: a row per shape (the
+merged weight's N × K), both variants in µs with their TFLOP/s, the merged time ÷ the baseline's (below 1:
+merging is faster), any other contender's time ÷ the baseline's, and the kernels per call (as the profiler
+counted them on the GPU; without that record, the launches the experiment counts from the algorithm).
 """
 from __future__ import annotations
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import ceiling_text, compare_sentence, copy_ceiling, fastest_peer
+from bench.report.ops import at, by_tie, ceiling_text, compare_sentence, copy_ceiling, fastest_peer
 
 NAME = "fusion"
 TITLES = {"qk_rope": "QK-norm + RoPE", "swiglu": "SwiGLU"}
@@ -17,11 +25,25 @@ MOVED = {
                 "fwd_bwd": "forward 之外，backward 读两个输出梯度、q、k、cos、sin，写 dq、dk"},
     "swiglu": {"fwd": "读 gate、up，写 act", "fwd_bwd": "forward 之外，backward 读 gate、up、d_act，写 d_gate、d_up"},
 }
+# The GEMM kernels: what the table's short column names call each contender, and why merging changes the count.
+TITLES["qkv"] = "QKV 投影"
+SHORT = {"three_gemms": "三个", "compile_three": "compile", "merged_gemm": "合并"}
+WHY = {
+    "fwd": "forward 三个 GEMM 各读一次 x，合并只读一次，输出切成 q、k、v 三个视图，不另起 kernel",
+    "fwd_bwd": ("backward 三个 GEMM 各算一份 dX 部分和，autograd 再用两次逐元素加法累加，dW 也是三个 GEMM；"
+                "合并先把 dq、dk、dv 拼成一个 dY（split 的反向，一次 cat），再各用一个 GEMM 算 dX 和 dW"),
+}
 
 
 def flat(res) -> dict:
-    """The layout ops.copy_ceiling reads: every kernel's shapes in one list."""
-    return {"copy": res["copy"], "shapes": [s for entries in res["kernels"].values() for s in entries]}
+    """The layout ops.copy_ceiling reads: every memory-bound kernel's shapes in one list (a GEMM kernel's
+    entries time no copy)."""
+    return {"copy": res["copy"],
+            "shapes": [s for entries in res["kernels"].values() for s in entries if "copy_same_bytes" in s]}
+
+
+def is_gemm(data, kernel) -> bool:
+    return "merged" in data["config"]["kernels"][kernel]
 
 
 def peers(data, kernel) -> list[str]:
@@ -66,9 +88,89 @@ def table(data, kernel, phase) -> str:
     return prose.page(table, caption, takeaway)
 
 
+def gemm_rows(data, kernel, phase) -> list[dict]:
+    """Per shape where both variants ran: each one's µs and TFLOP/s, the merged time ÷ the baseline's
+    (``ratio``), every other contender's time ÷ the baseline's, and the kernels per call of each contender
+    (``measured``: counted by the profiler; otherwise the experiment's launch counts)."""
+    spec = data["config"]["kernels"][kernel]
+    base, merged = spec["baseline"], spec["merged"]
+    out = []
+    for s in data["results"]["kernels"][kernel]:
+        times = s[phase]
+        if base not in times or merged not in times:
+            continue
+        measured = s.get("device_kernels", {}).get(phase)
+        counts = ({n: len(names) for n, names in measured.items()} if measured
+                  else {n: c[phase] for n, c in s["launches"].items()})
+        flops = s[f"flops_{phase}"]
+        out.append({"label": s["label"], "models": s["shape"].get("models", ""), "m": s["gemm"]["m"],
+                    "base_us": times[base]["median_us"], "base_tflops": flops / (times[base]["median_us"] * 1e6),
+                    "merged_us": times[merged]["median_us"],
+                    "merged_tflops": flops / (times[merged]["median_us"] * 1e6),
+                    "ratio": times[merged]["median_us"] / times[base]["median_us"],
+                    "others": {n: times[n]["median_us"] / times[base]["median_us"] for n in spec["contenders"]
+                               if n not in (base, merged) and n in times},
+                    "kernels": counts, "measured": bool(measured)})
+    return out
+
+
+def gemm_sentence(rows, tie: float, kernel: str, phase: str) -> str:
+    """Merged against three under the tie rule: faster, level or slower, and where; then any other contender."""
+    slower_at, level_at, faster_at = by_tie(rows, tie)  # the ratio is merged ÷ three: below 1, merging is faster
+    if len(faster_at) == len(rows):
+        top = min(rows, key=lambda r: r["ratio"])
+        clauses = [f"合并成一个 GEMM 在全部 {len(rows)} 个形状上更快，用时是三个 GEMM 的 "
+                   f"{prose.times_span(r['ratio'] for r in rows)} 倍（差距最大在 {top['label']}）"]
+    else:
+        clauses = []
+        if faster_at:
+            clauses.append(f"{at(r['label'] for r in faster_at)}合并成一个 GEMM 更快（用时是三个 GEMM 的 "
+                           f"{prose.times_span(r['ratio'] for r in faster_at)} 倍）")
+        if level_at:
+            clauses.append(f"{at(r['label'] for r in level_at)}两者持平（相差不到 {prose.pct(tie)}）")
+        if slower_at:
+            clauses.append(f"{at(r['label'] for r in slower_at)}合并后更慢（用时是三个 GEMM 的 "
+                           f"{prose.times_span(r['ratio'] for r in slower_at)} 倍）")
+    others = dict.fromkeys(n for r in rows for n in r["others"])
+    clauses += [f"{OP_LABELS[n]} 的用时是三个 GEMM 的 {prose.times_span(r['others'][n] for r in rows if n in r['others'])} 倍"
+                for n in others]
+    return f"{TITLES[kernel]} {PHASES[phase]}：" + "；".join(clauses) + "。"
+
+
+def gemm_table(data, kernel, phase) -> str:
+    spec = data["config"]["kernels"][kernel]
+    base, merged = spec["baseline"], spec["merged"]
+    body_rows = gemm_rows(data, kernel, phase)
+    if not body_rows:
+        return f"{TITLES[kernel]} {PHASES[phase]}：两种做法都没有测得时间。\n"
+    others = [n for n in spec["contenders"] if any(n in r["others"] for r in body_rows)]
+    counted = [n for n in spec["contenders"] if any(n in r["kernels"] for r in body_rows)]
+    f = tables.fmt
+    body = [[f"{r['label']}（{r['models']}）" if r["models"] else r["label"],
+             f"{f(r['base_us'])}（{f(r['base_tflops'])}）", f"{f(r['merged_us'])}（{f(r['merged_tflops'])}）",
+             prose.times(r["ratio"]), *(prose.times(r["others"][n]) if n in r["others"] else "—" for n in others),
+             " / ".join(str(r["kernels"].get(n, "—")) for n in counted)] for r in body_rows]
+    headers = ["权重 N×K（Qwen3）", *(prose.glue(OP_LABELS[n], "µs（TFLOP/s）") for n in (base, merged)),
+               f"{SHORT[merged]} ÷ {SHORT[base]}", *(f"{OP_LABELS[n]} ÷ {SHORT[base]}" for n in others),
+               f"kernel 数（{' / '.join(SHORT[n] for n in counted)}）"]
+    table = tables.md_table(headers, body, "l" + "r" * (len(headers) - 1))
+    flops = "2·M·N·K 计" if phase == "fwd" else "6·M·N·K 计（forward 2·M·N·K，backward 的 dX、dW 各 2·M·N·K）"
+    kernels = ("kernel 数为 torch.profiler 记录的一次调用的设备活动数（kernel、memset 等）"
+               if all(r["measured"] for r in body_rows) else "kernel 数按做法数出（launch 次数），未经 profiler 记录")
+    ms = sorted({r["m"] for r in body_rows})
+    caption = (f"bf16，x 为 {prose.join(str(m) for m in ms)} 个 token × K（hidden），合并后的权重为 N×K，"
+               f"N =（Hq + 2·Hkv）× head_dim。时间为每次调用的 GPU 时间：CUDA graph 重放、轮换输入的中位数；"
+               f"比值为用时之比，小于 1 表示更快。TFLOP/s 按 FLOP 数 {flops}，两种做法的 FLOP 相同。"
+               f"{kernels}。{WHY[phase]}。")
+    return prose.page(table, caption, gemm_sentence(body_rows, tie(data["config"]), kernel, phase))
+
+
 def render(data: dict) -> dict[str, str]:
     out = {}
     for kernel in data["results"]["kernels"]:
+        if is_gemm(data, kernel):
+            out[f"fusion_{kernel}.md"] = "\n".join(gemm_table(data, kernel, phase) for phase in ("fwd", "fwd_bwd"))
+            continue
         for phase in ("fwd", "fwd_bwd"):
             out[f"fusion_{kernel}_{phase}.md"] = table(data, kernel, phase)
     return out

@@ -34,6 +34,9 @@ COLOURS = {
     "triton_rmsnorm": "#6FA8DC",
     "triton_qk_rope": "#1F4E8C",
     "triton_swiglu": "#3D5A98",
+    "three_gemms": "#5E5E5E",
+    "compile_three": "#2E7A3A",
+    "merged_gemm": "#C77A1E",
 }
 
 # Op level (rmsnorm, width_sweep, fused_add; the conclusion's rows): the kernels side by side.
@@ -43,6 +46,7 @@ OP_LABELS = {
     "unfused": "生产版 + torch 加法",
     "triton_rmsnorm": "生产版 RMSNorm + HF RoPE", "triton_qk_rope": "本站 QK-norm + RoPE",
     "triton_swiglu": "本站 SwiGLU",
+    "three_gemms": "HF 三个 GEMM", "compile_three": "torch.compile(三个 GEMM)", "merged_gemm": "合并 QKV GEMM",
 }
 # A whole training step (step): HF patched one way or another.
 STEP_LABELS = {

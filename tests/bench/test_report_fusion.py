@@ -6,9 +6,75 @@ from bench.report import fusion
 
 def test_tables_from_the_quick_run(quick_fusion):
     out = fusion.render(quick_fusion)
-    assert set(out) == {f"fusion_{k}_{p}.md" for k in ("qk_rope", "swiglu") for p in ("fwd", "fwd_bwd")}
+    assert set(out) == {f"fusion_{k}_{p}.md" for k in ("qk_rope", "swiglu") for p in ("fwd", "fwd_bwd")} | {
+        "fusion_qkv.md"}
     assert "本站 QK-norm + RoPE µs" in out["fusion_qk_rope_fwd.md"]
     assert "HF eager ÷ 本站" in out["fusion_swiglu_fwd_bwd.md"]
+    qkv = out["fusion_qkv.md"]
+    assert qkv.count("| 权重 N×K（Qwen3） | HF 三个 GEMM µs（TFLOP/s） | 合并 QKV GEMM µs（TFLOP/s） | 合并 ÷ 三个 |") == 2
+    assert "QKV 投影 forward：" in qkv and "QKV 投影 forward + backward：" in qkv
+
+
+def without_qkv(data):
+    data = copy.deepcopy(data)
+    del data["results"]["kernels"]["qkv"], data["config"]["kernels"]["qkv"], data["results"]["skipped"]["qkv"]
+    return data
+
+
+def test_no_qkv_file_without_qkv_data_and_the_other_tables_unchanged(quick_fusion):
+    """A record from before the qkv kernel (the committed fusion.json) renders no fusion_qkv.md, and the GEMM
+    entries (they time no copy) change nothing in the other kernels' tables."""
+    with_qkv, before = fusion.render(quick_fusion), fusion.render(without_qkv(quick_fusion))
+    assert set(with_qkv) - set(before) == {"fusion_qkv.md"}
+    assert all(before[name] == with_qkv[name] for name in before)
+
+
+def qkv_payload(quick_fusion, three, merged, compiled=None):
+    """The quick record with made-up qkv times (µs) for both phases and a GEMM of 1e9 FLOPs forward."""
+    data = copy.deepcopy(quick_fusion)
+    (entry,) = data["results"]["kernels"]["qkv"]
+    entry["flops_fwd"], entry["flops_fwd_bwd"] = 10**9, 3 * 10**9
+    for phase in ("fwd", "fwd_bwd"):
+        times = entry[phase]
+        times["three_gemms"]["median_us"], times["merged_gemm"]["median_us"] = three, merged
+        if compiled is None:
+            times.pop("compile_three")
+        else:
+            times["compile_three"]["median_us"] = compiled
+    return data, entry
+
+
+def test_qkv_ratio_is_merged_over_three(quick_fusion):
+    data, _ = qkv_payload(quick_fusion, 100.0, 90.0, compiled=101.0)
+    (row,) = fusion.gemm_rows(data, "qkv", "fwd")
+    assert row["ratio"] == 0.9 and row["others"] == {"compile_three": 1.01}
+    assert row["base_tflops"] == 10.0 and row["merged_tflops"] == 1e9 / 90e6
+    assert row["kernels"] == {"three_gemms": 3, "merged_gemm": 1} and not row["measured"]
+    text = fusion.gemm_table(data, "qkv", "fwd")
+    assert "| 100（10.0） | 90.0（11.1） | 0.90× | 1.01× | 3 / 1 |" in text
+    assert "合并成一个 GEMM 在全部 1 个形状上更快，用时是三个 GEMM 的 0.90 倍" in text
+    assert "按做法数出" in text
+    (row,) = fusion.gemm_rows(data, "qkv", "fwd_bwd")
+    assert row["base_tflops"] == 30.0 and row["kernels"] == {"three_gemms": 11, "merged_gemm": 4}
+
+
+def test_qkv_tie_and_slower(quick_fusion):
+    data, _ = qkv_payload(quick_fusion, 100.0, 101.5)  # within 2 %: level
+    text = fusion.gemm_table(data, "qkv", "fwd")
+    assert "两者持平（相差不到 2%）" in text and "1.01×" in text and "torch.compile" not in text
+    data, _ = qkv_payload(quick_fusion, 100.0, 110.0)
+    assert "合并后更慢（用时是三个 GEMM 的 1.10 倍）" in fusion.gemm_table(data, "qkv", "fwd")
+
+
+def test_qkv_kernels_as_the_profiler_counted_them(quick_fusion):
+    data, entry = qkv_payload(quick_fusion, 100.0, 95.0, compiled=99.0)
+    entry["device_kernels"] = {"fwd": {"three_gemms": ["gemm"] * 3, "compile_three": ["gemm"] * 3,
+                                       "merged_gemm": ["gemm"]},
+                               "fwd_bwd": {"three_gemms": ["k"] * 12, "compile_three": ["k"] * 10,
+                                           "merged_gemm": ["k"] * 5}}
+    text = fusion.gemm_table(data, "qkv", "fwd_bwd")
+    assert "kernel 数（三个 / compile / 合并）" in text and "| 12 / 10 / 5 |" in text
+    assert "torch.profiler 记录" in text
 
 
 def test_ratios_and_the_two_percent_tie(quick_fusion):
