@@ -7,7 +7,7 @@ kernels faster than the same tier with Liger's kernel in its place, and is the w
 patch without its loss? Same model, step, timing and statistics as experiment ``step`` (bench/exp_step.py:
 Qwen3-8B layer geometry, 8 layers, B=4, T=4096, bf16, sdpa, no optimizer; every contender in ``rounds``
 fresh processes, interleaved; pooled median with a 95 % two-level bootstrap interval). Contenders
-(exp_step.CONTENDERS, patches from snippets/qwen3_fusion_patch.py and Liger's apply_liger_kernel_to_qwen3):
+(bench/harness/step_runs.py; their patches in exp_step.FUSION_PARTS, from snippets/qwen3_fusion_patch.py and Liger's apply_liger_kernel_to_qwen3):
 
 * ``triton``              our RMSNorm alone: the tier every other one adds a kernel to (the baseline);
 * ``triton_qk_rope``      + our fused QK-norm + RoPE   | ``triton_liger_rope``   + Liger's RoPE;
@@ -17,11 +17,10 @@ fresh processes, interleaved; pooled median with a 95 % two-level bootstrap inte
 """
 from __future__ import annotations
 
-from bench import exp_step
+from bench.harness.step_runs import FUSION_CONTENDERS, run_rounds
 
 NAME = "step_fusion"
-CONTENDERS = ["triton", "triton_qk_rope", "triton_liger_rope", "triton_swiglu", "triton_liger_swiglu",
-              "fusion_set", "liger_no_loss"]
+CONTENDERS = ["triton", *FUSION_CONTENDERS]
 BASELINE = "triton"
 OURS = "fusion_set"
 # The pairs the question compares: ours, Liger's, in the same tier.
@@ -30,6 +29,6 @@ PAIRS = [("triton_qk_rope", "triton_liger_rope"), ("triton_swiglu", "triton_lige
 
 
 def run(args) -> dict:
-    payload = exp_step.run(args, name=NAME, default=CONTENDERS, baseline=BASELINE, ours=OURS)
+    payload = run_rounds(args, NAME, CONTENDERS, BASELINE, OURS)
     payload["config"]["pairs"] = [list(pair) for pair in PAIRS]
     return payload

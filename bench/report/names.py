@@ -58,6 +58,12 @@ STEP_LABELS = {
     "compile": "torch.compile",
     "triton_compile": "生产版 + torch.compile",
     "liger": "Liger（全套补丁）",
+    "triton_qk_rope": "生产版 + QK-norm/RoPE 融合",
+    "triton_liger_rope": "生产版 + Liger RoPE",
+    "triton_swiglu": "生产版 + SwiGLU 融合",
+    "triton_liger_swiglu": "生产版 + Liger SwiGLU",
+    "fusion_set": "本站整套融合",
+    "liger_no_loss": "Liger（不含 loss）",
 }
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
 TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm",

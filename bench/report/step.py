@@ -57,7 +57,7 @@ def geometry_zh(data: dict) -> str:
     return f"Qwen3-{cfg['model']['size']} 几何、{cfg.get('geometry', {}).get('num_hidden_layers')} 层"
 
 
-def _interval_head(data: dict) -> str:
+def interval_head(data: dict) -> str:
     return "95% 区间（ms）" if config(data)["tie_rule"] == "ci95_disjoint" else "区间（ms）"
 
 
@@ -77,7 +77,7 @@ def timing_zh(data: dict) -> str:
     return text
 
 
-def _caption(data: dict) -> str:
+def caption(data: dict) -> str:
     cfg = data["config"]
     g = cfg.get("geometry", {})
     return (f"{geometry_zh(data)}（hidden {g.get('hidden_size')}、intermediate {g.get('intermediate_size')}、"
@@ -163,8 +163,8 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
             body.append([label(contender), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
                          prose.times(r["speedup"]) if r["speedup"] else "—",
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
-    table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), "相对 HF eager", "相对生产版"], body, "lrrrr")
-    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + _caption(data),
+    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "相对 HF eager", "相对生产版"], body, "lrrrr")
+    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + caption(data),
                       fused_add_takeaway(data, rows))
 
 
@@ -240,7 +240,7 @@ def render(data: dict) -> dict[str, str]:
             prose.times(r["speedup"]) if r["speedup"] else "—", f(r["peak"], 3) if r["peak"] is not None else "—",
         ])
         detail_rows.append([label(r["contender"]), f"{r['tokens_per_s']:,.0f}", f"{r['loss']:.4f}"])
-    step_table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), "GPU 时间（ms / step）",
+    step_table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "GPU 时间（ms / step）",
                                   "相对 HF eager", "峰值显存（GiB）"], step_rows, "lrrrrr")
     cfg = data["config"]
     detail_table = tables.md_table(["档位", "tokens/s", "第一步 loss"], detail_rows, "lrr")
@@ -262,7 +262,7 @@ def render(data: dict) -> dict[str, str]:
     skipped = [f"{label(r['contender'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
     not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
     return {
-        "step_time.md": prose.page(step_table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
+        "step_time.md": prose.page(step_table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
                                    _step_takeaway(data, rows)),
         "step_detail.md": prose.page(detail_table, f"tokens/s = B×T ÷ step 中位数（一步 {cfg['batch'] * cfg['seq_len']} 个 "
                                      "token）；第一步 loss：同一随机初始化、同一批数据上的交叉熵，各档位应几乎相同。"),
@@ -271,7 +271,7 @@ def render(data: dict) -> dict[str, str]:
             "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
             + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
-            + _caption(data), _share_takeaway(data, rows)),
+            + caption(data), _share_takeaway(data, rows)),
         "step_rmsnorm_share_sentence.md": _share_takeaway(data, rows) + "\n",
         "step_time_sentence.md": _step_takeaway(data, rows).removesuffix("。")
         + "（逐档的表与区间见[测法页](triton-rmsnorm-methods.md#六-step-实测)）。\n",

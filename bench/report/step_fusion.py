@@ -3,7 +3,7 @@ against Liger's patch without its loss; ranked only where the 95 % intervals are
 from __future__ import annotations
 
 from bench.report import prose, tables
-from bench.report.step import _caption, _interval_head, contender_rows, label, level, relation
+from bench.report.step import caption, interval_head, contender_rows, label, level, relation
 
 NAME = "step_fusion"
 # What each pair compares, in the page's words: (ours, Liger's in its place, what the pair adds).
@@ -56,10 +56,10 @@ def render(data: dict) -> dict[str, str]:
         body.append([label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
                      prose.times(ratio, 3) if ratio else "—",
                      f(r["peak"], 3) if r["peak"] is not None else "—"])
-    table = tables.md_table(["档位", "step（ms，中位数）", _interval_head(data), f"相对{label(cfg['baseline'])}",
+    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), f"相对{label(cfg['baseline'])}",
                              "峰值显存（GiB）"], body, "lrrrr")
     return {
-        "step_fusion_table.md": prose.page(table, _caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。",
+        "step_fusion_table.md": prose.page(table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。",
                                            pair_sentence(data)),
         "step_fusion_sentence.md": pair_sentence(data) + "\n",
     }

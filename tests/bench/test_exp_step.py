@@ -10,6 +10,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench import exp_step
+from bench.harness import step_runs
 from bench.report.names import TIE_RULES
 from qwen3_configs import rmsnorm_count, tiny_qwen3_config
 from qwen3_fused_add_patch import apply_fused_add_rmsnorm
@@ -82,12 +83,12 @@ def test_no_annotation_no_attribution():
 
 def test_tier_selection(monkeypatch):
     monkeypatch.delenv("BENCH_STEP_CONTENDERS", raising=False)
-    assert exp_step.selected_contenders() == exp_step.STEP_CONTENDERS
+    assert step_runs.selected_contenders() == step_runs.STEP_CONTENDERS
     monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager, triton")
-    assert exp_step.selected_contenders() == ["eager", "triton"]
+    assert step_runs.selected_contenders() == ["eager", "triton"]
     monkeypatch.setenv("BENCH_STEP_CONTENDERS", "eager,fast")
     with pytest.raises(ValueError, match="fast"):
-        exp_step.selected_contenders()
+        step_runs.selected_contenders()
 
 
 def test_quick_run_measures_each_contender_in_its_own_process(quick_step):
@@ -107,20 +108,20 @@ def test_quick_run_measures_each_contender_in_its_own_process(quick_step):
 
 def test_rounds_interleave_and_aggregate():
     names = ["a", "b", "c"]
-    assert [exp_step.round_order(names, r) for r in range(4)] == [
+    assert [step_runs.round_order(names, r) for r in range(4)] == [
         ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     cfg = {"batch": 2, "seq_len": 4}
     rounds = [{"status": "ok", "step_ms": [10.0, 11.0, 12.0], "peak_gib": 1.0, "profile": {"device_ms": 9.0},
                "loss": 1.0},
               {"status": "error", "reason": "boom"},
               {"status": "ok", "step_ms": [20.0, 21.0, 22.0], "peak_gib": 2.0, "profile": None}]
-    record = exp_step.aggregate("a", rounds, cfg)
+    record = step_runs.aggregate("a", rounds, cfg)
     assert record["status"] == "ok" and record["processes"] == 2 and len(record["rounds"]) == 3
     assert record["median_ms"] == 16.0 and record["peak_gib"] == 2.0 and record["profile"] == {"device_ms": 9.0}
     assert record["ci95_ms"][0] <= 16.0 <= record["ci95_ms"][1]
     assert record["round_medians_ms"] == [11.0, 21.0]
-    assert exp_step.aggregate("a", [{"status": "error", "reason": "boom"}], cfg)["status"] == "error"
-    assert exp_step.resolution({"a": record, "b": {"status": "error"}}) == pytest.approx(
+    assert step_runs.aggregate("a", [{"status": "error", "reason": "boom"}], cfg)["status"] == "error"
+    assert step_runs.resolution({"a": record, "b": {"status": "error"}}) == pytest.approx(
         (record["ci95_ms"][1] - record["ci95_ms"][0]) / 16.0)
 
 
@@ -129,10 +130,10 @@ def test_a_late_round_takes_a_skipped_rounds_place():
     rounds = [{"status": "ok", "step_ms": [10.0, 11.0, 12.0], "peak_gib": 1.0, "profile": {"device_ms": 9.0}},
               {"status": "ok", "step_ms": [20.0, 21.0, 22.0], "peak_gib": 2.0, "profile": None},
               {"status": "skipped", "reason": "time budget"}]
-    two = exp_step.aggregate("a", rounds, cfg)
+    two = step_runs.aggregate("a", rounds, cfg)
     three = exp_step.add_late_round(two, {"status": "ok", "step_ms": [30.0, 31.0, 32.0], "median_ms": 31.0,
                                           "peak_gib": 3.0}, cfg)
-    direct = exp_step.aggregate("a", rounds[:2] + [{"status": "ok", "step_ms": [30.0, 31.0, 32.0],
+    direct = step_runs.aggregate("a", rounds[:2] + [{"status": "ok", "step_ms": [30.0, 31.0, 32.0],
                                                     "peak_gib": 3.0}], cfg)
     for key in ("median_ms", "ci95_ms", "min_ms", "max_ms", "round_medians_ms", "processes", "peak_gib", "step_ms"):
         assert three[key] == direct[key], key

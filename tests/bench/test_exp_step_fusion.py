@@ -4,11 +4,11 @@ is exp_step's run over its own contenders, baseline and pairs."""
 import argparse
 
 import pytest
-import torch
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 from transformers import Qwen3ForCausalLM
 
 from bench import exp_step, exp_step_fusion
+from bench.harness import step_runs
 from bench.harness.training import ContenderSkipped
 from qwen3_configs import tiny_qwen3_config
 
@@ -46,8 +46,8 @@ def test_liger_tiers_are_skipped_off_the_gpu_and_change_nothing(contender):
 
 
 def test_every_contender_and_pair_is_a_step_contender():
-    assert set(exp_step_fusion.CONTENDERS) <= set(exp_step.CONTENDERS)
-    assert set(exp_step_fusion.CONTENDERS).isdisjoint(exp_step.STEP_CONTENDERS[:3])
+    assert set(exp_step_fusion.CONTENDERS) <= set(step_runs.CONTENDERS)
+    assert set(exp_step_fusion.CONTENDERS).isdisjoint(step_runs.STEP_CONTENDERS[:3])
     assert {c for pair in exp_step_fusion.PAIRS for c in pair} <= set(exp_step_fusion.CONTENDERS)
     assert exp_step_fusion.BASELINE in exp_step_fusion.CONTENDERS
 
@@ -55,15 +55,14 @@ def test_every_contender_and_pair_is_a_step_contender():
 def test_run_is_exp_steps_over_its_own_contenders(monkeypatch):
     seen = {}
 
-    def fake_run(args, **kwargs):
-        seen.update(kwargs)
+    def fake_run(args, *given):
+        seen["args"] = given
         return {"config": {}, "results": {}}
 
-    monkeypatch.setattr(exp_step, "run", fake_run)
+    monkeypatch.setattr(exp_step_fusion, "run_rounds", fake_run)
     payload = exp_step_fusion.run(argparse.Namespace(quick=True, out=None))
-    assert seen == {"name": "step_fusion", "default": exp_step_fusion.CONTENDERS,
-                    "baseline": "triton", "ours": "fusion_set"}
+    assert seen["args"] == ("step_fusion", exp_step_fusion.CONTENDERS, "triton", "fusion_set")
     assert payload["config"]["pairs"] == [list(p) for p in exp_step_fusion.PAIRS]
     monkeypatch.setenv("BENCH_STEP_CONTENDERS", "")
-    assert exp_step.selected_contenders(exp_step_fusion.CONTENDERS) == exp_step_fusion.CONTENDERS
-    assert exp_step.selected_contenders() == exp_step.STEP_CONTENDERS
+    assert step_runs.selected_contenders(exp_step_fusion.CONTENDERS) == exp_step_fusion.CONTENDERS
+    assert step_runs.selected_contenders() == step_runs.STEP_CONTENDERS
