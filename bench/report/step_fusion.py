@@ -50,14 +50,14 @@ def render(data: dict) -> dict[str, str]:
     body = []
     for r in rows:
         if r["status"] != "ok":
-            body.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—"])
+            body.append([label(r["contender"]), f"未运行：{r['status']}", "—", "—", "—", "—"])
             continue
         ratio = base["step"] / r["step"] if base and base["status"] == "ok" else None
         body.append([label(r["contender"]), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
-                     prose.times(ratio, 3) if ratio else "—",
+                     f(r["gpu"], 4) if r["gpu"] is not None else "—", prose.times(ratio, 3) if ratio else "—",
                      f(r["peak"], 3) if r["peak"] is not None else "—"])
-    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), f"相对{label(cfg['baseline'])}",
-                             "峰值显存（GiB）"], body, "lrrrr")
+    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "GPU 时间（ms / step）",
+                             f"相对{label(cfg['baseline'])}", "峰值显存（GiB）"], body, "lrrrrr")
     return {
         "step_fusion_table.md": prose.page(table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。",
                                            pair_sentence(data)),
