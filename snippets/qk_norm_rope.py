@@ -42,6 +42,7 @@ import dataclasses
 import math
 import operator
 
+# --8<-- [start:imports]
 import torch
 import triton
 import triton.language as tl
@@ -49,6 +50,7 @@ import triton.language as tl
 from rmsnorm_triton import (COMPILE_OPTIONS, _interpreted, _inv_rms, _stats_dtype,
                             check_backend_device, compute_dtype, row_alignment,
                             sm_count, split_eps)
+# --8<-- [end:imports]
 
 
 @triton.jit
@@ -116,6 +118,7 @@ def _store_halves(PTR, rows, first, second, row_mask, HALF: tl.constexpr,
              mask=row_mask[:, None])
 
 
+# --8<-- [start:fwd_tile]
 @triton.jit
 def _norm_rope_tile(X, W, Y, RSTD, COS, SIN, tile, n_rows, n_heads, seq_len,
                     x_sb, x_st, x_sh, cos_sb, cos_st, sin_sb, sin_st, eps, eps_low,
@@ -150,6 +153,7 @@ def _norm_rope_tile(X, W, Y, RSTD, COS, SIN, tile, n_rows, n_heads, seq_len,
           + _round(_product(n1, sin2, SOFTWARE_BF16), out_dtype, SOFTWARE_BF16))
     _store_halves(Y, rows, y1, y2, row_mask, HALF, SOFTWARE_BF16)
     tl.store(RSTD + rows, rstd, mask=row_mask)
+# --8<-- [end:fwd_tile]
 
 
 @triton.jit
@@ -177,6 +181,7 @@ def qk_norm_rope_fwd_kernel(
                         COMPUTE_DTYPE, NORM_DTYPE, SOFTWARE_BF16, ALIGN)
 
 
+# --8<-- [start:grad_tile]
 @triton.jit
 def _norm_rope_grad_tile(X, DY, W, DX, RSTD, COS, SIN, tile, n_rows, n_heads,
                          seq_len, x_sb, x_st, x_sh, dy_sb, dy_st, dy_sh, cos_sb,
@@ -213,6 +218,7 @@ def _norm_rope_grad_tile(X, DY, W, DX, RSTD, COS, SIN, tile, n_rows, n_heads,
     in_dtype: tl.constexpr = X.dtype.element_ty
     return (dn1 * _round(x_hat1, in_dtype, SOFTWARE_BF16),
             dn2 * _round(x_hat2, in_dtype, SOFTWARE_BF16))
+# --8<-- [end:grad_tile]
 
 
 @triton.jit

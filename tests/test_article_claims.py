@@ -5,7 +5,10 @@ test covers: how torch's F.rms_norm rounds and what it launches, what gradient t
 q/k norms receive in a real Qwen3, why a bf16 weight at 1.0 does not move under AdamW,
 what Liger's default ``in_place`` does to dY, what the committed launch-config sweep says
 about programs per SM, and what bf16 arithmetic without an fp32 upcast does in Triton
-(interpreter: wrong values; compiled: quietly less precise).
+(interpreter: wrong values; compiled: quietly less precise). For 番外二: what HF's SwiGLU launches and
+keeps, the fused kernels' launches and in-place reads, the bytes fusion.json counts, the PTX of the
+QK forward, and the two committed H200 probes (QK bits with FMA contraction on and off, SwiGLU bits
+and times).
 """
 from __future__ import annotations
 
@@ -273,3 +276,195 @@ def test_programs_per_sm_in_the_backward_sweep():
     assert h4096[8] > h4096[1], h4096  # "但不总是最慢"
     # the page's former words, "只放一个常驻 program 在每个行宽上都最慢", do not hold:
     assert not all(max(b, key=b.get) == 1 for b in map(_best_backward_per_programs, shapes))
+
+
+# ------------------------------------------------------------------ 番外二: QK-norm + RoPE and SwiGLU
+
+def _committed_log(prefix: str) -> str:
+    """The one committed H200 log whose name starts with ``prefix``."""
+    from bench import store
+
+    (path,) = sorted(store.gpu_folder().glob(f"{prefix}*.log"))
+    return path.read_text(encoding="utf-8")
+
+
+def test_hf_swiglu_is_two_kernels_forward_three_backward_and_keeps_three_tensors():
+    """番外二 §二: HF's ``act_fn(gate) * up`` runs silu and mul forward; its backward runs two multiplies
+    (d_act * up, d_act * silu(gate)) and silu_backward; autograd keeps gate, silu(gate) and up."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    gate, up = (torch.randn(4, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    d_act = torch.randn(4, 64, dtype=torch.bfloat16)
+    with Ops() as forward:
+        act = F.silu(gate) * up
+    assert forward.names == ["silu", "mul"], forward.names
+    mul = act.grad_fn
+    silu = mul.next_functions[0][0]
+    assert type(mul).__name__ == "MulBackward0" and type(silu).__name__ == "SiluBackward0"
+    assert torch.equal(mul._saved_self, F.silu(gate)) and mul._saved_other is up
+    assert silu._saved_self is gate
+    with Ops() as backward:
+        torch.autograd.grad(act, (gate, up), d_act)
+    assert sorted(backward.names) == ["mul", "mul", "silu_backward"], backward.names
+
+
+def test_fusion_min_bytes_are_the_fused_passes():
+    """番外二 §二 and the methods page: fusion.json's bytes are the fused kernels' passes: QK-norm + RoPE reads
+    q, k and writes them once forward (2 passes), backward reads dy and q, k and writes dq, dk (3 more), plus
+    cos and sin once each way; SwiGLU moves 3 passes of a (rows, I) tensor forward, 5 more backward."""
+    from bench import store
+
+    kernels = store.load("fusion")["results"]["kernels"]
+    for s in kernels["qk_rope"]:
+        shape = s["shape"]
+        tokens = shape["batch"] * shape["seq"]
+        qk = tokens * (shape["q_heads"] + shape["kv_heads"]) * shape["head_dim"] * 2
+        tables = 2 * tokens * shape["head_dim"] * 2
+        assert (s["bytes_fwd"], s["bytes_fwd_bwd"] - s["bytes_fwd"]) == (2 * qk + tables, 3 * qk + tables)
+    for s in kernels["swiglu"]:
+        one = s["shape"]["rows"] * s["shape"]["width"] * 2
+        assert (s["bytes_fwd"], s["bytes_fwd_bwd"] - s["bytes_fwd"]) == (3 * one, 5 * one)
+
+
+class _Launches:
+    """Every Triton kernel launched meanwhile: (name, positional args), under the interpreter or on a GPU."""
+
+    def __init__(self, monkeypatch):
+        import triton.runtime.interpreter as interpreter
+        import triton.runtime.jit as jit
+
+        self.calls = []
+        for cls in (interpreter.InterpretedFunction, jit.JITFunction):
+            original = cls.run
+
+            def run(kernel, *args, _original=original, **kwargs):
+                self.calls.append((kernel.fn.__name__, args))
+                return _original(kernel, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "run", run)
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def test_qk_norm_rope_launches_and_reads_in_place(device, monkeypatch):
+    """番外二 §三: forward is one launch for q and k, reading q and k (views of one qkv output) in place and
+    saving one fp32 rstd per head row; the backward is one launch for both, reading the output grads in
+    place (sdpa's contiguous layout and HF's transposed one), then one small kernel adds the dW partials;
+    the file uses no atomics."""
+    import inspect
+
+    import qk_norm_rope as qkr
+
+    batch, seq, q_heads, kv_heads, head_dim = 2, 5, 4, 2, 32
+    qkv = torch.randn(batch, seq, (q_heads + 2 * kv_heads) * head_dim).to(torch.bfloat16).to(device)
+    q = qkv[..., :q_heads * head_dim].view(batch, seq, q_heads, head_dim)
+    k = qkv[..., q_heads * head_dim:(q_heads + kv_heads) * head_dim].view(batch, seq, kv_heads, head_dim)
+    weights = [torch.ones(head_dim, dtype=torch.bfloat16, device=device) for _ in range(2)]
+    cos, sin = (torch.rand(batch, seq, head_dim).to(torch.bfloat16).to(device) for _ in range(2))
+    launches = _Launches(monkeypatch)
+    q_out, k_out, rstd = qkr.qk_norm_rope_forward(q, k, *weights, cos, sin)
+    [(name, args)] = launches.take()
+    assert name == "qk_norm_rope_fwd_kernel" and args[0] is q and args[1] is k
+    assert rstd.dtype == torch.float32 and rstd.numel() == batch * seq * (q_heads + kv_heads)
+    sdpa = torch.randn(batch, q_heads, seq, head_dim).to(torch.bfloat16).to(device)
+    hf_layout = torch.randn(batch, seq, kv_heads, head_dim).to(torch.bfloat16).to(device).transpose(1, 2)
+    qkr.qk_norm_rope_backward(sdpa, hf_layout, q, k, *weights, cos, sin, rstd)
+    calls = launches.take()
+    assert [name for name, _ in calls] == ["qk_norm_rope_bwd_kernel", "dw_pair_reduce_kernel"]
+    assert calls[0][1][0] is sdpa and calls[0][1][1] is hf_layout
+    assert "tl.atomic" not in inspect.getsource(qkr)
+
+
+def test_swiglu_is_one_launch_each_way(device, monkeypatch):
+    """番外二 §四: one kernel forward, one backward; gate and up read in place as views of one gate_up."""
+    import swiglu
+
+    gate_up = torch.randn(16, 2 * 300).to(torch.bfloat16).to(device)
+    gate, up = gate_up[:, :300], gate_up[:, 300:]
+    launches = _Launches(monkeypatch)
+    swiglu.swiglu_forward(gate, up)
+    assert [name for name, _ in launches.take()] == ["swiglu_fwd_kernel"]
+    swiglu.swiglu_backward(torch.randn(16, 300).to(torch.bfloat16).to(device), gate, up)
+    assert [name for name, _ in launches.take()] == ["swiglu_bwd_kernel"]
+
+
+QK_PTX_SCRIPT = r"""
+import json
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+import qk_norm_rope as qkr
+import torch
+
+config = qkr.launch_configs(128, torch.bfloat16)[0]
+kernel = qkr.qk_norm_rope_fwd_kernel
+constexprs = dict(BLOCK_ROWS=config.block_rows, HEAD_DIM=128, COMPUTE_DTYPE=tl.float32,
+                  NORM_DTYPE=tl.bfloat16, SOFTWARE_BF16=False, ALIGN=16)
+pointers = {"RSTD": "*fp32"}
+signature = {n: "constexpr" if n in constexprs else "fp64" if n.startswith("eps")
+             else pointers.get(n, "*bf16") if n.isupper() else "i32" for n in kernel.arg_names}
+compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
+                          target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": config.num_warps, **qkr.COMPILE_OPTIONS})
+ptx = compiled.asm["ptx"]
+print(json.dumps({"mul_rn": ptx.count("mul.rn.f32"), "fma": ptx.count("fma.rn.f32"),
+                  "fp_fusion": qkr.COMPILE_OPTIONS.get("enable_fp_fusion")}))
+"""
+
+
+def test_qk_forward_rope_products_are_ptx_mul_rn():
+    """番外二 §三: the forward, compiled for the H200 (sm_90) with the project's options (FMA contraction on),
+    carries PTX ``mul.rn.f32`` (RoPE's products, never contracted) next to contracted ``fma.rn.f32``."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "snippets"), env.get("PYTHONPATH", "")])
+    script = "import triton\n" + QK_PTX_SCRIPT
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["fp_fusion"] is True, result
+    assert result["mul_rn"] > 0 and result["fma"] > 0, result
+
+
+def test_the_qk_probe_log():
+    """番外二 §三 (diag-qk-probe-*.log, H200): with FMA contraction on, about 11 % of the bf16 outputs leave
+    HF's bits, all at RoPE (HF's RoPE on our normed output agrees no better); with it off RoPE agrees
+    everywhere, and what is left already shows in the norm alone."""
+    from bench.report.fusion_page import probe_output
+
+    probe = probe_output(_committed_log("diag-qk-probe-"))
+    on, off = probe["fma_on"], probe["fma_off"]
+    assert on["whole_equal"] < 0.9 and on["rope_stage_equal"] < 0.9 and on["norm_only_equal"] > 0.9999
+    assert off["rope_stage_equal"] == 1.0 and off["whole_equal"] == off["norm_only_equal"] > 0.9999
+
+
+def test_the_swiglu_probe_log():
+    """番外二 §四, §五 (diag-swiglu-probe-*.log, H200): our act is HF's bits at both widths, torch.compile's
+    only about 73 %; at the wide width the approximate exp and division leave the forward slower than
+    torch.compile's."""
+    from bench.report.fusion_page import probe_output
+
+    probe = probe_output(_committed_log("diag-swiglu-probe-"))
+    widths = sorted(probe["shipped"], key=int)
+    assert widths == ["3072", "12288"]
+    for width in widths:
+        assert probe["shipped"][width]["act_bits_equal"] == 1.0
+        assert probe["shipped"][width]["compile_act_bits_equal"] < 0.75
+    wide = probe["fast_math"]["12288"]
+    assert probe["shipped"]["12288"]["compile_fwd_us"] < wide["fwd_us"] < probe["shipped"]["12288"]["fwd_us"]

@@ -174,7 +174,7 @@ INSPECT_READING = """
   return { height: document.documentElement.scrollHeight, plots, diagrams };
 }
 """
-ARTICLE_PATHS = ["/qwen3-fusion/", "/triton-rmsnorm/", "/triton-rmsnorm-fused-add/"]
+ARTICLE_PATHS = ["/qwen3-fusion/", "/triton-rmsnorm/", "/triton-rmsnorm-fused-add/", "/qwen3-qk-rope-swiglu/"]
 MAX_ARTICLE_HEIGHT_PX = 25_000
 MIN_FIGURE_TEXT_PX = 10
 MIN_DIAGRAM_TEXT_PX = 12

@@ -33,7 +33,8 @@ import pytest
 import docs_tools
 from bench.report import claims as summary_claims
 
-ARTICLES = ["docs/qwen3-fusion.md", "docs/triton-rmsnorm.md", "docs/triton-rmsnorm-fused-add.md"]
+ARTICLES = ["docs/qwen3-fusion.md", "docs/triton-rmsnorm.md", "docs/triton-rmsnorm-fused-add.md",
+            "docs/qwen3-qk-rope-swiglu.md"]
 LEDGERS = summary_claims.ledgers()
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 

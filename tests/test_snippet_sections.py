@@ -50,7 +50,7 @@ def section(module: str, name: str) -> str:
 
 
 def test_sections_are_well_formed():
-    for path in SNIPPETS.glob("rmsnorm_*.py"):
+    for path in [*SNIPPETS.glob("rmsnorm_*.py"), SNIPPETS / "qk_norm_rope.py", SNIPPETS / "swiglu.py"]:
         open_ = {}
         for number, line in enumerate(path.read_text().splitlines(), 1):
             match = MARKER.match(line)

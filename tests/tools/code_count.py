@@ -20,6 +20,7 @@ LIMITS = {
     "docs/qwen3-fusion.md": 350,
     "docs/triton-rmsnorm.md": 450,
     "docs/triton-rmsnorm-fused-add.md": 150,
+    "docs/qwen3-qk-rope-swiglu.md": 150,
 }
 
 
