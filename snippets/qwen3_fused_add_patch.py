@@ -43,8 +43,9 @@ HF_LAYER = modeling_qwen3.Qwen3DecoderLayer
 HF_MODEL = modeling_qwen3.Qwen3Model
 # --8<-- [end:imports]
 # The transformers code this patch mirrors or leans on (qwen3_mirrored_code.PIECES).
-MIRRORED = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "GradientCheckpointingLayer",
-            "capture_outputs", "install_output_capuring_hook", "_CanRecordRegistry",
+MIRRORED = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model",
+            "GradientCheckpointingLayer", "capture_outputs",
+            "install_output_capuring_hook", "_CanRecordRegistry",
             "merge_with_config_defaults")
 for _hf in (HF_NORM, HF_LAYER, HF_MODEL):
     if _hf.__module__ != modeling_qwen3.__name__:

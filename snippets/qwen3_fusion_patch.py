@@ -220,7 +220,8 @@ def _replace_norms(model, undos) -> None:
     for parent in model.modules():
         for name, child in list(parent.named_children()):
             if type(child) is HF_NORM:
-                new = TritonQwen3RMSNorm(child.weight.shape[0], eps=child.variance_epsilon)
+                new = TritonQwen3RMSNorm(child.weight.shape[0],
+                                         eps=child.variance_epsilon)
                 new.weight = child.weight
                 setattr(parent, name, new)
                 replaced.append((parent, name, child))

@@ -21,6 +21,7 @@ import re
 
 from bench import store
 from bench.report import prose, tables
+from bench.report.fusion import flat
 from bench.report.names import OP_LABELS, tie
 from bench.report.ops import at, by_tie, copy_ceiling
 from bench.report.render import MissingData
@@ -40,9 +41,7 @@ VARIANTS = {"shipped": "本站（libdevice expf + IEEE 除法）", "div_approx":
 
 def _ceiling(data) -> float:
     """The copy ceiling of the run, over every kernel's shapes: the one fusion.py's tables divide by."""
-    res = data["results"]
-    return copy_ceiling({"copy": res["copy"], "shapes": [s for entries in res["kernels"].values()
-                                                         for s in entries]})["gbps"]
+    return copy_ceiling(flat(data["results"]))["gbps"]
 
 
 def shares(data, kernel, phase) -> list[dict]:
