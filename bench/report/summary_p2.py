@@ -24,7 +24,7 @@ DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # fused_add.json: fused residual add + RMSNorm at Qwen3's hidden sizes (bench/exp_fused_add.py);
 # fused_add_sweep.json: the fused add at width_sweep's 43 widths (bench/exp_fused_add_sweep.py);
 # compile.json: both modules eager vs torch.compile (bench/exp_compile.py).
-OPTIONAL_DATA = ("width_sweep", "fused_add", "fused_add_sweep", "compile", "fullsize", "host")
+OPTIONAL_DATA = ("width_sweep", "fused_add", "fused_add_sweep", "compile", "fullsize", "host", "step_fusion")
 
 OUTCOME_ZH = {"passed": "通过", "failed": "失败", "skipped": "跳过", "error": "出错", "errors": "出错"}
 
@@ -277,6 +277,24 @@ def conclusion(rms: dict, step: dict) -> str:
     return prose.page(table, caption, text + "。")
 
 
+def fusion_set_bullet(fusion_step: dict) -> str:
+    """§八's bullet on the whole fusion set (番外二), from step_fusion.json: the set against our RMSNorm alone and
+    against Liger's patch without its loss, each '持平' unless the 95 % intervals are disjoint."""
+    cfg = step_config(fusion_step)
+    ok = {r["contender"]: r for r in contender_rows(fusion_step) if r["status"] == "ok"}
+    base, ours, liger = (ok.get(name) for name in (cfg["baseline"], cfg["ours"], "liger_no_loss"))
+    if not (base and ours and liger):
+        return ""
+    f = tables.fmt
+    singles = "、".join(f"{words} 单独 {prose.times(base['step'] / ok[name]['step'], 3)}"
+                        for name, words in (("triton_qk_rope", "QK-norm + RoPE"), ("triton_swiglu", "SwiGLU"))
+                        if name in ok)
+    return (f"- **整套融合（[番外二](qwen3-qk-rope-swiglu.md)）：** RMSNorm、残差加法、QK-norm + RoPE、SwiGLU 一起换上，"
+            f"{geometry_zh(fusion_step)}的 step 是 {f(ours['step'], 4)} ms，"
+            + step_relation(ours, base, cfg, "只换 RMSNorm 的生产版")
+            + f"（{singles}）；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
+
+
 def ridge_sentence(roofline: dict) -> str:
     r = roofline["results"]
     gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
@@ -338,6 +356,8 @@ def render_summary(load) -> dict[str, str]:
         "p2_survey.md": survey(rms, step),
         "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),
     }
+    if "step_fusion" in data:
+        out["p2_fusion_set.md"] = fusion_set_bullet(data["step_fusion"])
     if "fused_add" in data:
         out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)
     try:
