@@ -26,7 +26,9 @@ model or module patched otherwise, before changing anything.
 import inspect
 
 # --8<-- [start:imports]
+# --8<-- [start:torch_import]
 import torch
+# --8<-- [end:torch_import]
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 
 import qwen3_fused_add_patch

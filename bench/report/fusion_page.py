@@ -1,11 +1,15 @@
 """The 番外二 page (docs/qwen3-qk-rope-swiglu.md) and its methods section: the words around fusion.json's tables.
 
 A summary (``render_summary(load)``; bench/report/render.py finds it like the summary_p<n> modules). It reads
-fusion.json and two committed H200 diagnostics next to it (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``:
-each prints JSON lines after its script), and renders
+fusion.json, step_fusion.json (the fusion set in a training step) and two committed H200 diagnostics next to
+them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lines after its script), and renders
 
 * fusion_page_keypoints.md: the 要点 box;
-* fusion_page_env.md: the 实验环境 box (fusion.json's environment);
+* fusion_page_env.md: the 实验环境 box (both data files' environments);
+* fusion_page_step.md: the reading of the step table (step_fusion.py's), ranked only where 95 % intervals are
+  disjoint;
+* fusion_page_qkv.md: the merged QKV projection's result and the step time it could save (fusion.json's qkv
+  kernel against step_fusion.json's resolution);
 * fusion_page_qk.md, fusion_page_swiglu.md: the sentences under the page's two forward + backward tables;
 * fusion_page_fma.md: what FMA contraction did to the QK kernel's bits (the QK probe);
 * fusion_page_swiglu_bits.md, fusion_page_swiglu_probe.md: the SwiGLU probe's bits and times;
@@ -21,16 +25,20 @@ import re
 
 from bench import store
 from bench.report import prose, tables
-from bench.report.fusion import flat
+from bench.report import step_fusion
+from bench.report.fusion import flat, gemm_rows, is_gemm
 from bench.report.names import OP_LABELS, tie
 from bench.report.ops import at, by_tie, copy_ceiling
 from bench.report.render import MissingData
+from bench.report.step import label as step_label
+from bench.report.step import level
 from bench.report.summary_p2 import log_outcome
 
 NAME_QK, NAME_SWIGLU = "qk_rope", "swiglu"
-# The page's bar for a fused kernel, forward + backward: the share of the copy ceiling that the 番外's fused
-# residual add + RMSNorm is held to (a target, not a measurement).
+# The issue's target for the fusion set: forward + backward at least 85 % of the copy ceiling for the
+# memory-bound parts (a target, not a measurement).
 TARGET_OF_COPY = 0.85
+NAME_QKV = "qkv"
 PROBES = {"qk": "diag-qk-probe-", "swiglu": "diag-swiglu-probe-"}
 # The SwiGLU probe's variants (its JSON keys), as the methods page's table names them.
 VARIANTS = {"shipped": "本站（libdevice expf + IEEE 除法）", "div_approx": "近似除法",
@@ -145,8 +153,9 @@ def swiglu_points(data) -> list[str]:
     return [text + "。"]
 
 
-def advice(data) -> str:
-    """The last 要点: what to use, from the forward + backward comparisons (the run's tie rule)."""
+def advice(data, step) -> str:
+    """The last 要点: what to use, from the forward + backward comparisons (the run's tie rule) and, for the
+    whole set, the step experiment (95 % intervals)."""
     within = tie(data["config"])
     parts = []
     sw = shares(data, NAME_SWIGLU, "fwd_bwd")
@@ -157,24 +166,168 @@ def advice(data) -> str:
         if len(liger_ahead) * 2 > len(liger):
             text += f"，不编译时用 Liger（{len(liger)} 个宽度中 {len(liger_ahead)} 个比本站快）"
         parts.append(text)
-    qk = fastest(shares(data, NAME_QK, "fwd_bwd")) + fastest(shares(data, NAME_QK, "fwd"))
-    if qk and all(r["ratio"] >= 1 + within for r in qk):
-        parts.append("QK-norm + RoPE 用本站的融合 kernel：单算子层面 forward 与 forward + backward 都比每个对手快；"
-                     "换进一步训练能省多少，本页还没有测")
+    facts = step_facts(step)
+    cfg = facts["cfg"]
+    whole = _name(_liger_of(cfg, cfg["ours"]))
+    verdict = facts["wins"].get(cfg["ours"])
+    if verdict is None and facts["rows"].get(cfg["ours"], {}).get("status") == "ok":
+        parts.append(f"一步训练里本站整套与 {whole}持平：已经用 Liger 的，换成本站这一套看不出差别")
+    elif verdict:
+        parts.append(f"一步训练里本站整套快过 {whole}：用 `apply_qwen3_fusion`")
     return "建议：" + "。".join(parts) + "。"
 
 
-def keypoints(data) -> str:
-    points = qk_points(data) + swiglu_points(data) + [advice(data)]
+# ---------------------------------------------------------------- step_fusion.json
+
+def _name(contender) -> str:
+    return step_label(contender)
+
+
+def _liger_of(cfg, ours) -> str:
+    return next(theirs for mine, theirs in cfg["pairs"] if mine == ours)
+
+
+def step_facts(step) -> dict:
+    """The step table's answers: each tier's speed-up over the baseline (``gain``, base ÷ tier) and whether its
+    95 % interval is disjoint from the baseline's (``apart``), each pair's verdict, the resolution."""
+    cfg = step["config"]
+    rows = step_fusion.rows_by_contender(step)
+    base = rows[cfg["baseline"]]
+    ok = {n: r for n, r in rows.items() if r["status"] == "ok"}
+    return {"cfg": cfg, "rows": rows, "base": base,
+            "gain": {n: base["step"] / r["step"] for n, r in ok.items()},
+            "apart": {n: not level(r, base, cfg) for n, r in ok.items()},
+            "wins": step_fusion.wins(step), "resolution": cfg.get("resolution")}
+
+
+def _layers(cfg) -> int:
+    return cfg["model"].get("num_hidden_layers") or cfg["geometry"]["num_hidden_layers"]
+
+
+def _setup(step) -> str:
+    cfg = step["config"]
+    return f"Qwen3-{cfg['model']['size']} 几何、{_layers(cfg)} 层，B={cfg['batch']}，T={cfg['seq_len']}"
+
+
+def _tier(facts, name) -> str:
+    """'1.047 倍（95% 区间不重叠）' or '1.009 倍，区间与它重叠，算持平': a tier's speed over the baseline's, ranked
+    only when the 95 % intervals are disjoint."""
+    if name not in facts["gain"]:
+        return "未运行"
+    speed = f"{facts['gain'][name]:.3f} 倍"
+    return f"{speed}（95% 区间不重叠）" if facts["apart"][name] else f"{speed}，区间与它重叠，算持平"
+
+
+def _pairs_clause(facts) -> str:
+    """Each of our kernels against Liger's in the same tier, then the set against Liger's patch."""
+    cfg, wins = facts["cfg"], facts["wins"]
+    single = [ours for ours, _ in cfg["pairs"] if ours != cfg["ours"]]
+
+    def verdict(ours):
+        return "持平" if wins.get(ours) is None else ("快" if wins[ours] else "慢")
+
+    def phrase(subject, other, word):
+        return f"{subject}与 {other}持平" if word == "持平" else f"{subject}比 {other}{word}"
+
+    if all(wins.get(o) is None for o in single):
+        text = "QK-norm + RoPE、SwiGLU 各自与 Liger 同一档的 kernel 持平"
+    else:
+        text = "，".join(phrase(f"{step_fusion.PAIR_WORDS[o]} ", "Liger 同一档的 kernel ", verdict(o))
+                        for o in single)
+    whole, same = _name(_liger_of(cfg, cfg["ours"])), verdict(cfg["ours"])
+    return text + "，" + (f"整套与 {whole}也持平" if same == "持平" else phrase("整套", whole, same))
+
+
+def step_point(step) -> str:
+    """The 要点 of the step experiment: the set against the RMSNorm patch alone, then against Liger."""
+    facts = step_facts(step)
+    cfg = facts["cfg"]
+    missed = [o for o in facts["wins"] if not facts["wins"][o]]
+    text = (f"一步训练（{_setup(step)}）：本站整套融合的速度是只打篇 2 RMSNorm 补丁时的 {_tier(facts, cfg['ours'])}；"
+            + _pairs_clause(facts))
+    if missed:
+        text += "：每档、整套都快过 Liger 的目标没有达到"
+    return text + "。"
+
+
+def step_sentence(step) -> str:
+    """The reading under the step table (whose own sentence gives the pairs against Liger): what the set and
+    each kernel alone buy over the RMSNorm patch, and the smallest difference the run resolves."""
+    facts = step_facts(step)
+    cfg = facts["cfg"]
+    ours = facts["rows"][cfg["ours"]]
+    text = (f"以只打 RMSNorm 补丁的一步的速度为 1：本站整套是 {_tier(facts, cfg['ours'])}；单加 QK-norm + RoPE 是 "
+            f"{_tier(facts, 'triton_qk_rope')}；单加 SwiGLU 是 {_tier(facts, 'triton_swiglu')}。")
+    if facts["resolution"] is not None:
+        text += (f"这个实验能分辨约一步的 {prose.pct(facts['resolution'], 1)}"
+                 f"（约 {tables.fmt(facts['resolution'] * ours['step'], 2)} ms），更小的差别不作排名。")
+    return text + "\n"
+
+
+# ---------------------------------------------------------------- the merged QKV projection
+
+def qkv_saving(data, step) -> dict | None:
+    """At the step experiment's model: the forward + backward time one merged GEMM saves over HF's three, per
+    layer and per step (× the step's layers), next to the smallest step difference the step experiment resolves."""
+    if NAME_QKV not in data["results"]["kernels"] or not is_gemm(data, NAME_QKV):
+        return None
+    cfg = step["config"]
+    size = cfg["model"]["size"]
+    row = next((r for r in gemm_rows(data, NAME_QKV, "fwd_bwd") if r["models"] == size), None)
+    if row is None or cfg.get("resolution") is None:
+        return None
+    ours = step_fusion.rows_by_contender(step).get(cfg["ours"], {})
+    if ours.get("status") != "ok":
+        return None
+    layers = _layers(cfg)
+    per_layer_us = row["base_us"] - row["merged_us"]
+    return {"label": row["label"], "size": size, "layers": layers, "per_layer_us": per_layer_us,
+            "per_step_ms": per_layer_us * layers / 1000, "step_ms": ours["step"],
+            "resolution_ms": cfg["resolution"] * ours["step"],
+            "share": per_layer_us * layers / 1000 / ours["step"]}
+
+
+def qkv_sentence(data, step) -> str:
+    within = tie(data["config"])
+    both = gemm_rows(data, NAME_QKV, "fwd_bwd")
+    fwd = gemm_rows(data, NAME_QKV, "fwd")
+    faster = [r for r in both if r["ratio"] <= 1 - within]
+    text = (f"合并后 forward 的用时是三个 GEMM 的 {prose.times_span(r['ratio'] for r in fwd)} 倍，"
+            f"forward + backward 是 {prose.times_span(r['ratio'] for r in both)} 倍"
+            f"（{len(both)} 个形状中 {len(faster)} 个快 2% 以上）。")
+    saving = qkv_saving(data, step)
+    if saving:
+        text += (f"在一步训练的设置下（Qwen3-{saving['size']}，{saving['label']}，{saving['layers']} 层），"
+                 f"每层省 {tables.fmt(saving['per_layer_us'], 2)} µs，一步共省 {tables.fmt(saving['per_step_ms'], 2)} ms，"
+                 f"约一步的 {prose.pct(saving['share'], 2)}，远小于那个实验能分辨的 "
+                 f"{tables.fmt(saving['resolution_ms'], 2)} ms。")
+    return text + "\n"
+
+
+def qkv_point(data, step) -> str:
+    saving = qkv_saving(data, step)
+    both = gemm_rows(data, NAME_QKV, "fwd_bwd")
+    text = (f"把 q、k、v 三个投影合成一个 GEMM：forward + backward 的用时是三个 GEMM 的 "
+            f"{prose.times_span(r['ratio'] for r in both)} 倍")
+    if saving:
+        text += (f"，一步训练（{saving['layers']} 层）只省约 {tables.fmt(saving['per_step_ms'], 2)} ms，远小于能分辨的 "
+                 f"{tables.fmt(saving['resolution_ms'], 2)} ms")
+    return text + "；它还要改 HF 的参数，所以没有放进补丁。"
+
+
+def keypoints(data, step) -> str:
+    points = ["".join(qk_points(data))] + swiglu_points(data) + [step_point(step)]
+    if qkv_saving(data, step):
+        points.append(qkv_point(data, step))
+    points.append(advice(data, step))
     return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
-def env_box(data) -> str:
-    env = data["environment"]
-    torch_version = str(env.get("torch", "")).split("+")[0]
-    note = (f"各项对比只在 torch {torch_version} 上测过；QK-norm + RoPE 的计时用的是整段关掉 FMA 收缩的那一版 kernel"
-            "（§三）。")
-    return tables.env_box([env], extra_keys=("liger_kernel",), note=note)
+def env_box(data, step) -> str:
+    envs = [data["environment"], step["environment"]]
+    versions = sorted({str(e.get("torch", "")).split("+")[0] for e in envs})
+    note = f"单算子与一步训练的对比都只在 torch {prose.join(versions)} 上测过。"
+    return tables.env_box(envs, extra_keys=("liger_kernel",), note=note)
 
 
 def qk_sentence(data) -> str:
@@ -271,36 +424,41 @@ def probe_table(sw: dict) -> str:
 
 # ---------------------------------------------------------------- provenance
 
-def provenance(data, folder, probes: list[str]) -> str:
-    """fusion.json's row and the logs that belong to the page: the run's own, the probes, the config sweep and
-    the GPU test runs of the commits the data and the probes ran at."""
+def provenance(data, step, folder, probes: list[str]) -> str:
+    """The two data files' rows and the logs that belong to the page: the runs' own, the probes, the config
+    sweep and the GPU test runs of the commits the data (by its run logs' names) and the probes ran at."""
     described = store.load_logs(folder.name)
-    commits = {str(data["environment"].get("git_commit", ""))[:7]}
+    commits = {str(d["environment"].get("git_commit", ""))[:7] for d in (data, step)}
     commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in probes}
+    commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in described
+                if re.fullmatch(r"(step_)?fusion-[0-9a-f]{7}\.log", name)}
     names = sorted(n for n in described if "fusion" in n or n in probes
                    or any(n == f"gpu-tests-{c}.log" for c in commits))
     rows = []
     for name in names:
         outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
         rows.append([f"`{name}`", described[name]["note"] + (f"（{outcome}）" if outcome else "")])
-    return (tables.provenance_table({"fusion.json": data}) + f"\n番外二的 GPU 日志（都在 `docs/data/{folder.name}/` 下）：\n\n"
+    return (tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
+            + f"\n番外二的 GPU 日志（都在 `docs/data/{folder.name}/` 下）：\n\n"
             + tables.md_table(["文件", "内容"], rows, "ll"))
 
 
 def render_summary(load) -> dict[str, str]:
-    data = load("fusion")
+    data, step = load("fusion"), load(step_fusion.NAME)
     gpu = store.gpu_slug(data["environment"].get("gpu") or "cpu")
     folder = store.gpu_folder(gpu)
     names = {kind: probe_name(folder, kind) for kind in PROBES}
     qk, sw = (probe_output((folder / names[k]).read_text(encoding="utf-8")) for k in ("qk", "swiglu"))
     return {
-        "fusion_page_keypoints.md": keypoints(data),
-        "fusion_page_env.md": env_box(data),
+        "fusion_page_keypoints.md": keypoints(data, step),
+        "fusion_page_env.md": env_box(data, step),
+        "fusion_page_step.md": step_sentence(step),
+        "fusion_page_qkv.md": qkv_sentence(data, step) if qkv_saving(data, step) else "",
         "fusion_page_qk.md": qk_sentence(data),
         "fusion_page_swiglu.md": swiglu_sentence(data),
         "fusion_page_fma.md": fma_sentence(qk),
         "fusion_page_swiglu_bits.md": swiglu_bits_sentence(sw),
         "fusion_page_swiglu_probe.md": swiglu_probe_sentence(sw),
         "fusion_page_probe_table.md": probe_table(sw),
-        "fusion_page_provenance.md": provenance(data, folder, list(names.values())),
+        "fusion_page_provenance.md": provenance(data, step, folder, list(names.values())),
     }

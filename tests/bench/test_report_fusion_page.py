@@ -2,6 +2,9 @@
 
 * from the committed data: every file renders, the key points say what the raw JSON says (recomputed
   here), the tables on the page are at most 6 columns wide with a Chinese header;
+* the step experiment (step_fusion.json): a tier is ranked against the RMSNorm patch only where the 95 %
+  intervals are disjoint, the pairs against Liger follow step_fusion.wins, and the merged QKV projection's
+  saving per step is the GEMM time saved at the step's model times its layers;
 * the comparison words follow the run's tie rule, on made-up ratios;
 * a probe log's JSON lines are read, its script's lines are not.
 """
@@ -13,15 +16,22 @@ import pytest
 
 from artifacts import CJK, tables
 from bench import store
-from bench.report import fusion_page
+from bench.report import fusion_page, step_fusion
+from bench.report.tables import fmt
 from bench.report.render import loader
 
-pytestmark = pytest.mark.skipif(not store.data_path("fusion").exists(), reason="fusion.json not committed")
+pytestmark = pytest.mark.skipif(not (store.data_path("fusion").exists() and store.data_path("step_fusion").exists()),
+                                reason="fusion.json or step_fusion.json not committed")
 
 
 @pytest.fixture(scope="module")
 def data():
     return store.load("fusion")
+
+
+@pytest.fixture(scope="module")
+def step():
+    return store.load("step_fusion")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +41,8 @@ def rendered():
 
 def test_every_file_renders(rendered):
     assert set(rendered) == {f"fusion_page_{name}.md" for name in (
-        "keypoints", "env", "qk", "swiglu", "fma", "swiglu_bits", "swiglu_probe", "probe_table", "provenance")}
+        "keypoints", "env", "step", "qkv", "qk", "swiglu", "fma", "swiglu_bits", "swiglu_probe", "probe_table",
+        "provenance")}
     assert rendered["fusion_page_keypoints.md"].startswith('!!! abstract "要点"\n\n    - QK-norm + RoPE：')
     assert rendered["fusion_page_env.md"].startswith('!!! info "实验环境"')
     for name, text in rendered.items():
@@ -86,10 +97,70 @@ def test_probe_output_reads_only_the_printed_json():
     assert fusion_page.probe_output(text) == {"fma_on": {"whole_equal": 0.5}, "fma_off": {"whole_equal": 1.0}}
 
 
-def test_swiglu_advice_follows_the_data(data):
+def test_swiglu_advice_follows_the_data(data, step):
     """With torch.compile no longer ahead at every width, the page does not send SwiGLU to it."""
     faster = copy.deepcopy(data)
     for s in faster["results"]["kernels"]["swiglu"]:
         s["fwd_bwd"]["triton_swiglu"]["median_us"] = s["fwd_bwd"]["compile_hf"]["median_us"] * 0.9
-    assert "SwiGLU 用" not in fusion_page.advice(faster)
+    assert "SwiGLU 用" not in fusion_page.advice(faster, step)
     assert "手写没有赢" not in fusion_page.swiglu_points(faster)[0]
+
+
+def _step(medians: dict, half_width: float = 2.0, level_pairs: bool = True) -> dict:
+    """A step_fusion record: the given median per tier (400 ms otherwise), intervals of ± half_width."""
+    names = ["triton", "triton_qk_rope", "triton_liger_rope", "triton_swiglu", "triton_liger_swiglu",
+             "fusion_set", "liger_no_loss"]
+    cfg = {"model": {"size": "8B", "num_hidden_layers": 8}, "batch": 4, "seq_len": 4096, "baseline": "triton",
+           "ours": "fusion_set", "tie_rule": "ci95_disjoint", "resolution": 0.01,
+           "pairs": [["triton_qk_rope", "triton_liger_rope"], ["triton_swiglu", "triton_liger_swiglu"],
+                     ["fusion_set", "liger_no_loss"]]}
+    results = {}
+    for name in names:
+        ms = medians.get(name, 400.0)
+        results[name] = {"status": "ok", "label": name, "median_ms": ms, "min_ms": ms - 3, "max_ms": ms + 3,
+                         "ci95_ms": [ms - half_width, ms + half_width], "peak_gib": 50.0, "processes": 3}
+    return {"config": cfg, "results": results}
+
+
+def test_a_tier_is_ranked_only_where_the_intervals_are_disjoint():
+    step = _step({"triton": 400.0, "fusion_set": 320.0, "liger_no_loss": 320.0, "triton_qk_rope": 380.0,
+                  "triton_liger_rope": 381.0, "triton_swiglu": 398.0, "triton_liger_swiglu": 398.0})
+    sentence = fusion_page.step_sentence(step)
+    assert "本站整套是 1.250 倍（95% 区间不重叠）" in sentence
+    assert "单加 QK-norm + RoPE 是 1.053 倍（95% 区间不重叠）" in sentence
+    assert "单加 SwiGLU 是 1.005 倍，区间与它重叠，算持平" in sentence
+    point = fusion_page.step_point(step)
+    assert "各自与 Liger 同一档的 kernel 持平，整套与 Liger（不含 loss）也持平" in point
+    assert "目标没有达到" in point
+
+
+def test_the_pairs_follow_the_intervals():
+    step = _step({"triton_qk_rope": 380.0, "triton_liger_rope": 390.0, "fusion_set": 370.0,
+                  "liger_no_loss": 380.0})
+    point = fusion_page.step_point(step)
+    assert "QK-norm + RoPE 比 Liger 同一档的 kernel 快" in point and "整套比 Liger（不含 loss）快" in point
+    assert "SwiGLU 与 Liger 同一档的 kernel 持平" in point
+    assert "目标没有达到" in point  # SwiGLU is level: not every tier is ahead
+
+
+def test_committed_step_words_follow_the_data(step, rendered):
+    wins = step_fusion.wins(step)
+    points = rendered["fusion_page_keypoints.md"]
+    if wins["fusion_set"] is None:
+        assert "整套与 Liger（不含 loss）也持平" in points
+    rows = step_fusion.rows_by_contender(step)
+    gain = rows["triton"]["step"] / rows["fusion_set"]["step"]
+    assert f"{gain:.3f} 倍" in points
+
+
+def test_qkv_saving_is_the_gemm_time_saved_times_the_steps_layers(data, step):
+    saving = fusion_page.qkv_saving(data, step)
+    size = step["config"]["model"]["size"]
+    entry = next(s for s in data["results"]["kernels"]["qkv"] if s["shape"]["models"] == size)
+    per_layer = entry["fwd_bwd"]["three_gemms"]["median_us"] - entry["fwd_bwd"]["merged_gemm"]["median_us"]
+    layers = step["config"]["geometry"]["num_hidden_layers"]
+    assert saving["per_step_ms"] == pytest.approx(per_layer * layers / 1000)
+    ours = step_fusion.rows_by_contender(step)["fusion_set"]["step"]
+    assert saving["resolution_ms"] == pytest.approx(step["config"]["resolution"] * ours)
+    assert saving["per_step_ms"] < saving["resolution_ms"]  # the page's reason (a): below what the run resolves
+    assert f"一步共省 {fmt(saving['per_step_ms'], 2)} ms" in fusion_page.qkv_sentence(data, step)
