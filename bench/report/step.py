@@ -117,12 +117,13 @@ def interval_zh(row: dict) -> str:
 
 def relation(a: dict, b: dict, cfg: dict, name_b: str) -> str:
     """'比 B 快 2.3%（区间 …，不重叠）' or '与 B 持平（95% 区间重叠：…）'."""
+    lead = " " if name_b[:1].isascii() and name_b[:1].isalnum() else ""  # CJK, then a Latin name: a space
     if level(a, b, cfg):
         if cfg["tie_rule"] == "ci95_disjoint":
-            return f"与{name_b}持平（95% 区间 {interval_zh(a)} 与 {interval_zh(b)} 重叠）"
-        return f"与{name_b}持平（相差不到 {prose.pct(tie(cfg))}）"
+            return prose.glue(f"与{lead}{name_b}", f"持平（95% 区间 {interval_zh(a)} 与 {interval_zh(b)} 重叠）")
+        return prose.glue(f"与{lead}{name_b}", f"持平（相差不到 {prose.pct(tie(cfg))}）")
     ratio = a["step"] / b["step"]
-    return f"比{name_b}{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}"
+    return prose.glue(f"比{lead}{name_b}", f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}")
 
 
 def fused_add_relation(fused: dict, ours: dict, cfg: dict) -> str:

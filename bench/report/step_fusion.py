@@ -24,7 +24,7 @@ def pair_sentence(data: dict) -> str:
         if not a or not b or a["status"] != "ok" or b["status"] != "ok":
             clauses.append(f"{PAIR_WORDS[ours]}：未比较（有一档没有运行）")
             continue
-        clauses.append(f"{PAIR_WORDS[ours]}：{label(ours)}{relation(a, b, cfg, label(theirs))}")
+        clauses.append(f"{PAIR_WORDS[ours]}：{prose.glue(label(ours), relation(a, b, cfg, label(theirs)))}")
     return "；".join(clauses) + "。"
 
 

@@ -30,9 +30,9 @@ def test_disjoint_intervals_rank_and_overlapping_ones_are_level():
     data = payload({"triton_qk_rope": 390.0, "triton_liger_rope": 400.0, "triton_swiglu": 400.5,
                     "triton_liger_swiglu": 400.0, "fusion_set": 420.0, "liger_no_loss": 400.0})
     sentence = report.render(data)["step_fusion_sentence.md"]
-    assert f"QK-norm + RoPE：{label('triton_qk_rope')}比{label('triton_liger_rope')}快 2.5%" in sentence
-    assert f"SwiGLU：{label('triton_swiglu')}与{label('triton_liger_swiglu')}持平" in sentence
-    assert f"整套：{label('fusion_set')}比{label('liger_no_loss')}慢 5.0%" in sentence
+    assert f"QK-norm + RoPE：{label('triton_qk_rope')}比{label('triton_liger_rope')} 快 2.5%" in sentence
+    assert f"SwiGLU：{label('triton_swiglu')}与{label('triton_liger_swiglu')} 持平" in sentence
+    assert f"整套：{label('fusion_set')}比 {label('liger_no_loss')}慢 5.0%" in sentence  # CJK|Latin: a space
     assert report.wins(data) == {"triton_qk_rope": True, "triton_swiglu": None, "fusion_set": False}
 
 
