@@ -150,15 +150,17 @@ def gemm_table(data, kernel, phase) -> str:
              f"{f(r['base_us'])}（{f(r['base_tflops'])}）", f"{f(r['merged_us'])}（{f(r['merged_tflops'])}）",
              prose.times(r["ratio"]), *(prose.times(r["others"][n]) if n in r["others"] else "—" for n in others),
              " / ".join(str(r["kernels"].get(n, "—")) for n in counted)] for r in body_rows]
-    headers = ["权重 N×K（Qwen3）", *(prose.glue(OP_LABELS[n], "µs（TFLOP/s）") for n in (base, merged)),
-               f"{SHORT[merged]} ÷ {SHORT[base]}", *(f"{OP_LABELS[n]} ÷ {SHORT[base]}" for n in others),
+    # short headers: the table is 6 columns wide in the methods page's column (the caption names each one)
+    headers = ["权重 N×K（Qwen3）", *(f"{SHORT[n]} GEMM µs（TFLOP/s）" for n in (base, merged)),
+               f"{SHORT[merged]} ÷ {SHORT[base]}", *(f"{SHORT[n]} ÷ {SHORT[base]}" for n in others),
                f"kernel 数（{' / '.join(SHORT[n] for n in counted)}）"]
     table = tables.md_table(headers, body, "l" + "r" * (len(headers) - 1))
     flops = "2·M·N·K 计" if phase == "fwd" else "6·M·N·K 计（forward 2·M·N·K，backward 的 dX、dW 各 2·M·N·K）"
     kernels = ("kernel 数为 torch.profiler 记录的一次调用的设备活动数（kernel、memset 等）"
                if all(r["measured"] for r in body_rows) else "kernel 数按做法数出（launch 次数），未经 profiler 记录")
     ms = sorted({r["m"] for r in body_rows})
-    caption = (f"bf16，x 为 {prose.join(str(m) for m in ms)} 个 token × K（hidden），合并后的权重为 N×K，"
+    names = "，".join(f"{SHORT[n]} = {OP_LABELS[n]}" for n in (base, merged, *others))
+    caption = (f"{names}。bf16，x 为 {prose.join(str(m) for m in ms)} 个 token × K（hidden），合并后的权重为 N×K，"
                f"N =（Hq + 2·Hkv）× head_dim。时间为每次调用的 GPU 时间：CUDA graph 重放、轮换输入的中位数；"
                f"比值为用时之比，小于 1 表示更快。TFLOP/s 按 FLOP 数 {flops}，两种做法的 FLOP 相同。"
                f"{kernels}。{WHY[phase]}。")

@@ -286,13 +286,10 @@ def fusion_set_bullet(fusion_step: dict) -> str:
     if not (base and ours and liger):
         return ""
     f = tables.fmt
-    singles = "、".join(f"{words} 单独 {prose.times(base['step'] / ok[name]['step'], 3)}"
-                        for name, words in (("triton_qk_rope", "QK-norm + RoPE"), ("triton_swiglu", "SwiGLU"))
-                        if name in ok)
     return (f"- **整套融合（[番外二](qwen3-qk-rope-swiglu.md)）：** RMSNorm、残差加法、QK-norm + RoPE、SwiGLU 一起换上，"
-            f"{geometry_zh(fusion_step)}的 step 是 {f(ours['step'], 4)} ms，"
+            f"step {f(ours['step'], 4)} ms，"
             + step_relation(ours, base, cfg, "只换 RMSNorm 的生产版")
-            + f"（{singles}）；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
+            + "；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
 
 
 def ridge_sentence(roofline: dict) -> str:
