@@ -63,6 +63,7 @@ def rows(data, kernel, phase) -> list[dict]:
         times_of, best = fastest_peer(times, peers(data, kernel))
         out.append({"label": s["label"], "models": s["shape"].get("models", ""), "ours_us": mine,
                     "of_copy": times[ours]["gbps"] / ceiling, "ratios": {n: t / mine for n, t in times_of.items()},
+                    "all_of_copy": {n: t["gbps"] / ceiling for n, t in times.items()},
                     "peer": best, "ratio": times_of[best] / mine if best else None})
     return out
 

@@ -26,9 +26,9 @@ import re
 from bench import store
 from bench.report import prose, tables
 from bench.report import step_fusion
-from bench.report.fusion import flat, gemm_rows, is_gemm
+from bench.report.fusion import gemm_rows, is_gemm, rows as fusion_rows
 from bench.report.names import OP_LABELS, tie
-from bench.report.ops import at, by_tie, copy_ceiling
+from bench.report.ops import at, by_tie
 from bench.report.render import MissingData
 from bench.report.step import label as step_label
 from bench.report.step import level
@@ -47,23 +47,11 @@ VARIANTS = {"shipped": "本站（libdevice expf + IEEE 除法）", "div_approx":
 
 # ---------------------------------------------------------------- fusion.json
 
-def _ceiling(data) -> float:
-    """The copy ceiling of the run, over every kernel's shapes: the one fusion.py's tables divide by."""
-    return copy_ceiling(flat(data["results"]))["gbps"]
-
-
 def shares(data, kernel, phase) -> list[dict]:
-    """Per shape: its label, every contender's share of the copy ceiling, and every peer's time ÷ ours."""
-    ceiling, ours = _ceiling(data), data["config"]["kernels"][kernel]["ours"]
-    out = []
-    for s in data["results"]["kernels"][kernel]:
-        times = s[phase]
-        if ours not in times:
-            continue
-        mine = times[ours]["median_us"]
-        out.append({"label": s["label"], "of_copy": {n: t["gbps"] / ceiling for n, t in times.items()},
-                    "ratios": {n: t["median_us"] / mine for n, t in times.items() if n != ours}})
-    return out
+    """Per shape: its label, every contender's share of the copy ceiling, and every peer's time ÷ ours
+    (fusion.py's rows, the tables' own numbers)."""
+    return [{"label": r["label"], "of_copy": r["all_of_copy"], "ratios": r["ratios"]}
+            for r in fusion_rows(data, kernel, phase)]
 
 
 def versus(rows, peer) -> list[dict]:
