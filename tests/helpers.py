@@ -14,6 +14,35 @@ def rel_err(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
+def tiny_model(device, dtype=torch.float32, layers=2, **overrides):
+    """A tiny HF Qwen3 with non-trivial norm weights (a wrong weight path would show)."""
+    from transformers import Qwen3ForCausalLM
+
+    from qwen3_configs import tiny_qwen3_config
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(tiny_qwen3_config(num_hidden_layers=layers, **overrides))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    return model.to(device=device, dtype=dtype)
+
+
+def batch(model, device, shape=(2, 16), seed=1):
+    """Random token ids for ``model``."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, shape, generator=gen).to(device)
+
+
+def loss_and_grads(model, ids):
+    """The loss of one step and every parameter's gradient, in fp64."""
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach().double(), {n: p.grad.double() for n, p in model.named_parameters()}
+
+
 def fp64_reference(x, w, eps, dy):
     """y, dx, dw in fp64 from the exact formula (no intermediate rounding)."""
     x64 = x.detach().double().requires_grad_()

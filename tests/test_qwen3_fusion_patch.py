@@ -14,7 +14,7 @@ from transformers import Qwen3ForCausalLM
 import qwen3_fusion_patch
 import qwen3_mirrored_code
 import swiglu
-from qwen3_configs import tiny_qwen3_config
+from helpers import batch, loss_and_grads, rel_err, tiny_model
 from qwen3_fusion_patch import HF_ATTENTION, HF_MLP, apply_qwen3_fusion
 from qwen3_fused_add_patch import HF_LAYER, HF_MODEL, HF_NORM
 from rmsnorm_triton import TritonQwen3RMSNorm
@@ -36,15 +36,6 @@ def module_globals():
     return {name: getattr(modeling_qwen3, name) for name in HF}
 
 
-def tiny_model(device, dtype=torch.float32, layers=2, **overrides):
-    """A tiny HF Qwen3 with non-trivial norm weights (a wrong weight path would show)."""
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_qwen3_config(num_hidden_layers=layers, **overrides))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.uniform_(0.5, 1.5)
-    return model.to(device=device, dtype=dtype)
 
 
 def fused(model, way, **parts):
@@ -61,20 +52,10 @@ def fused(model, way, **parts):
     return built.to(device=parameter.device, dtype=parameter.dtype), lambda: None
 
 
-def batch(model, device, shape=(2, 12), seed=1):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, model.config.vocab_size, shape, generator=gen).to(device)
 
 
-def loss_and_grads(model, ids):
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    return loss.detach().double(), {n: p.grad.double() for n, p in model.named_parameters()}
 
 
-def rel_err(got, ref):
-    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 @pytest.fixture
