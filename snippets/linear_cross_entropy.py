@@ -1,0 +1,346 @@
+# SPDX-License-Identifier: Apache-2.0
+"""lm_head + cross-entropy without the B x T x V logits, forward and backward.
+
+HF's Qwen3ForCausalLM computes ``logits = lm_head(h)`` (B x T x V in the model's
+dtype), then ForCausalLMLoss upcasts them to fp32 and runs cross_entropy: with
+V = 151,936 and 16,384 tokens that is 5 GB of bf16 logits, 10 GB of fp32 copies,
+and as much again for their gradients. Here the tokens go through in chunks:
+
+    for each chunk of C tokens:
+        logits = h_chunk @ W.T                   (C x V, cuBLAS, fp32 accumulation)
+        one Triton kernel per row: log-sum-exp and the target's logit in fp32, the
+            row's loss, then d_logits = (softmax - onehot) / divisor written over
+            the logits, rounded to their dtype (HF's gradient is rounded there too)
+        d_h_chunk = d_logits @ W                 (C x H)
+        d_W += d_logits.T @ h_chunk              (V x H, cuBLAS, beta = 1)
+
+Only one chunk of logits exists at a time. The gradients are computed in the
+forward, since the loss is the end of the graph; the backward only scales them
+by the incoming gradient (1 for ``loss.backward()``), in place. Without grad
+(``torch.no_grad``, or no input requiring it) only the loss is computed.
+
+What is HF's, what differs:
+
+* The loss is HF's ForCausalLMLoss: labels shifted left with ``ignore_index``
+  appended (or ``shift_labels`` as given), the sum over non-ignored tokens in
+  fp32, divided by their count, or by ``num_items_in_batch`` when given (HF's
+  gradient-accumulation path). All tokens ignored: NaN, with zero gradients, as
+  HF's. The result is fp32 (fp64 for fp64 inputs).
+* d_W accumulates across chunks in W's dtype: cuBLAS adds each chunk's product
+  in fp32 and rounds the sum, once per chunk. HF's one GEMM rounds once; with a
+  bf16 W the chunked sum carries a little more rounding (the tests bound it).
+* Tied weights (Qwen3-0.6B, 1.7B, 4B tie lm_head to embed_tokens): d_W is this
+  op's gradient of its weight input, which autograd adds to the embedding's.
+* Deterministic: fixed chunks, one program per row, no atomics.
+* Under torch.compile the op is one opaque custom op (``torch.library``): the
+  compiler neither traces the chunk loop nor reorders its in-place updates.
+
+Targets outside [0, V) that are not ignore_index fail a device-side assert (as
+HF's cross_entropy does on the GPU); the kernel never reads outside the row.
+Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing
+triton.
+"""
+import dataclasses
+import operator
+
+# --8<-- [start:imports]
+import torch
+import triton
+import triton.language as tl
+
+from rmsnorm_triton import (_FLOAT_DTYPES, COMPILE_OPTIONS, _interpreted,
+                            check_backend_device, compute_dtype, sm_count)
+from swiglu import _rounded
+# --8<-- [end:imports]
+
+
+# --8<-- [start:kernel]
+@triton.jit
+def cross_entropy_rows_kernel(
+    Logits, Targets, RowLoss, Scale,
+    n_cols, row_stride, ignore_index,
+    BLOCK: tl.constexpr,  # columns per step of the loops over a row
+    COMPUTE_DTYPE: tl.constexpr,  # fp32, or fp64 for fp64 logits
+    WRITE_GRAD: tl.constexpr,  # overwrite the row with d_loss/d_logits
+    INTERPRETER: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    logits = Logits + row * row_stride
+    target = tl.load(Targets + row)
+    cols = tl.arange(0, BLOCK)
+
+    # Pass 1: the row's log-sum-exp, online: a running max and the sum of
+    # exp(z - max) rescaled whenever the max grows. One exp per logit.
+    running_max = tl.full((), float("-inf"), COMPUTE_DTYPE)
+    running_sum = tl.zeros((), COMPUTE_DTYPE)
+    for start in range(0, n_cols, BLOCK):
+        z = tl.load(logits + start + cols, mask=start + cols < n_cols,
+                    other=float("-inf")).to(COMPUTE_DTYPE)
+        new_max = tl.maximum(running_max, tl.max(z, axis=0))
+        running_sum = (running_sum * tl.exp(running_max - new_max)
+                       + tl.sum(tl.exp(z - new_max), axis=0))
+        running_max = new_max
+    lse = running_max + tl.log(running_sum)
+
+    # The row's loss: lse - z[target]; 0 for an ignored row. A target outside
+    # [0, n_cols) is never read (the launcher asserts there is none).
+    counted = (target != ignore_index) & (target >= 0) & (target < n_cols)
+    target_logit = tl.load(logits + tl.where(counted, target, 0)).to(COMPUTE_DTYPE)
+    tl.store(RowLoss + row, tl.where(counted, lse - target_logit, 0.0))
+
+    if WRITE_GRAD:
+        # Pass 2: d_logits = (softmax - onehot(target)) * scale, scale = 1 / divisor,
+        # rounded to the logits' dtype where HF's gradient is rounded; 0 if ignored.
+        scale = tl.where(counted, tl.load(Scale).to(COMPUTE_DTYPE), 0.0)
+        for start in range(0, n_cols, BLOCK):
+            mask = start + cols < n_cols
+            z = tl.load(logits + start + cols, mask=mask, other=0.0).to(COMPUTE_DTYPE)
+            grad = tl.exp(z - lse) - tl.where(start + cols == target, 1.0, 0.0)
+            grad = _rounded(grad * scale, Logits.dtype.element_ty, INTERPRETER)
+            tl.store(logits + start + cols, grad.to(Logits.dtype.element_ty),
+                     mask=mask)
+# --8<-- [end:kernel]
+
+
+# --8<-- [start:config]
+@dataclasses.dataclass(frozen=True)
+class CrossEntropyConfig:
+    """How the op runs: tokens per chunk, and the row kernel's block and warps."""
+
+    chunk_tokens: int
+    block: int
+    num_warps: int
+
+
+MIN_CHUNK_TOKENS, MAX_CHUNK_TOKENS = 256, 4096
+GEMM_TILE = 128 * 128  # outputs of one cuBLAS tile, about
+
+
+def launch_config(n_tokens: int, hidden_size: int, itemsize: int,
+                  device: torch.device) -> CrossEntropyConfig:
+    """The default config (a rule, not yet timed: the H200 sweep sets it).
+
+    chunk_tokens: the smallest power of two whose d_h GEMM (C x H outputs) gives
+    every SM a 128 x 128 tile, so no GEMM of the chunk leaves SMs idle (1024 for
+    H = 4096 on 132 SMs). Each d_W update then does C/2 FLOPs per byte of d_W it
+    reads and writes: above the H200's ridge (about 200) for C >= 512. Clamped to
+    [256, 4096] and to the tokens there are. The row kernel: 8 KB of logits per
+    step, 8 warps.
+    """
+    sms = sm_count(device) if device.type == "cuda" else 132
+    wanted = triton.next_power_of_2(triton.cdiv(sms * GEMM_TILE, hidden_size))
+    chunk = max(MIN_CHUNK_TOKENS, min(MAX_CHUNK_TOKENS, wanted))
+    return CrossEntropyConfig(min(chunk, n_tokens), 8192 // itemsize, 8)
+# --8<-- [end:config]
+
+
+def check_config(config: CrossEntropyConfig) -> None:
+    """Reject a config the op cannot run."""
+    if not isinstance(config, CrossEntropyConfig):
+        raise TypeError(f"config must be a CrossEntropyConfig, got "
+                        f"{type(config).__name__}")
+    chunk, block, warps = config.chunk_tokens, config.block, config.num_warps
+    if not (isinstance(chunk, int) and chunk >= 1):
+        raise ValueError(f"chunk_tokens must be a positive int, got {chunk!r}")
+    if not (isinstance(block, int) and block >= 16 and block & (block - 1) == 0
+            and block <= 2**16):
+        raise ValueError(f"block must be a power of two in [16, 65536], got {block!r}")
+    if warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be 1, 2, 4, 8, 16 or 32, got {warps!r}")
+
+
+def check_inputs(hidden, weight, targets, divisor=None) -> None:
+    """Reject what the op would get wrong, with a message naming the problem."""
+    for name, tensor in (("hidden", hidden), ("weight", weight), ("targets", targets)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"linear_cross_entropy expects tensors, {name} is a "
+                            f"{type(tensor).__name__}")
+        check_backend_device(name, tensor)
+    if hidden.dtype not in _FLOAT_DTYPES:
+        raise TypeError("linear_cross_entropy supports float16/bfloat16/float32/"
+                        f"float64, hidden is {hidden.dtype}")
+    if weight.dtype != hidden.dtype:
+        raise TypeError(f"weight is {weight.dtype} but hidden is {hidden.dtype}: "
+                        "one dtype (under autocast, call it inside the autocast "
+                        "region: it casts both as F.linear would)")
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"expected hidden (N, H) and weight (V, H); got "
+                         f"{tuple(hidden.shape)} and {tuple(weight.shape)}")
+    if targets.dtype != torch.int64 or targets.shape != hidden.shape[:1]:
+        raise ValueError(f"targets must be int64 of shape ({hidden.shape[0]},), got "
+                         f"{targets.dtype} {tuple(targets.shape)}")
+    if hidden.shape[0] == 0 or weight.shape[0] == 0 or hidden.shape[1] == 0:
+        raise ValueError(f"linear_cross_entropy needs tokens, a vocabulary and a "
+                         f"hidden size; got hidden {tuple(hidden.shape)}, weight "
+                         f"{tuple(weight.shape)}")
+    for name, tensor in (("weight", weight), ("targets", targets)):
+        if tensor.device != hidden.device:
+            raise ValueError(f"{name} is on {tensor.device} but hidden is on "
+                             f"{hidden.device}")
+    if divisor is not None and (divisor.numel() != 1
+                                or divisor.device != hidden.device):
+        raise ValueError("the divisor (num_items_in_batch) must be one number on "
+                         f"{hidden.device}; got shape {tuple(divisor.shape)} on "
+                         f"{divisor.device}")
+
+
+# --8<-- [start:forward]
+@torch.library.custom_op("qwen3_fusion::linear_cross_entropy", mutates_args=())
+def _linear_cross_entropy_op(
+        hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+        divisor: torch.Tensor | None, ignore_index: int, chunk_tokens: int,
+        block: int, num_warps: int, grad_hidden_needed: bool, grad_weight_needed: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, d_loss/d_hidden, d_loss/d_weight); a gradient not needed is empty."""
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    stats = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    counted = targets != ignore_index
+    in_range = (targets >= 0) & (targets < vocab)
+    torch._assert_async((in_range | ~counted).all(), "linear_cross_entropy: a target "
+                        "is outside [0, vocab size) and is not ignore_index")
+    divisor = counted.sum().to(stats) if divisor is None else divisor.to(stats)
+    scale = divisor.reciprocal()
+
+    row_loss = torch.empty(n_tokens, dtype=stats, device=hidden.device)
+    grad_hidden = (torch.empty_like(hidden) if grad_hidden_needed
+                   else hidden.new_empty(0))
+    grad_weight = (torch.empty_like(weight) if grad_weight_needed
+                   else weight.new_empty(0))
+    write_grad = grad_hidden_needed or grad_weight_needed
+    logits_buffer = hidden.new_empty(min(chunk_tokens, n_tokens), vocab)
+    with torch.autocast(hidden.device.type, enabled=False):  # the dtype given, always
+        for start in range(0, n_tokens, chunk_tokens):
+            end = min(start + chunk_tokens, n_tokens)
+            chunk = hidden[start:end]
+            logits = logits_buffer[:end - start]
+            torch.mm(chunk, weight.t(), out=logits)
+            cross_entropy_rows_kernel[(end - start,)](
+                logits, targets[start:end], row_loss[start:end], scale, vocab,
+                logits.stride(0), ignore_index, BLOCK=block,
+                COMPUTE_DTYPE=compute_dtype(logits), WRITE_GRAD=write_grad,
+                INTERPRETER=_interpreted(), num_warps=num_warps, **COMPILE_OPTIONS)
+            if grad_hidden_needed:
+                torch.mm(logits, weight, out=grad_hidden[start:end])
+            if grad_weight_needed and start == 0:
+                torch.mm(logits.t(), chunk, out=grad_weight)
+            elif grad_weight_needed:
+                grad_weight.addmm_(logits.t(), chunk)  # fp32 inside, rounded per chunk
+    return row_loss.sum() / divisor, grad_hidden, grad_weight
+# --8<-- [end:forward]
+
+
+@_linear_cross_entropy_op.register_fake
+def _(hidden, weight, targets, divisor, ignore_index, chunk_tokens, block, num_warps,
+      grad_hidden_needed, grad_weight_needed):
+    stats = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    return (hidden.new_empty((), dtype=stats),
+            torch.empty_like(hidden) if grad_hidden_needed else hidden.new_empty(0),
+            torch.empty_like(weight) if grad_weight_needed else weight.new_empty(0))
+
+
+# --8<-- [start:autograd]
+def _setup_context(ctx, inputs, output):
+    # Kept as attributes, not save_for_backward: the backward scales them in place,
+    # which would fail a saved tensor's version check. No reference cycle: they are
+    # non-differentiable outputs (no grad_fn).
+    _, ctx.grad_hidden, ctx.grad_weight = output
+    ctx.mark_non_differentiable(ctx.grad_hidden, ctx.grad_weight)
+    ctx.scaled_by = None
+
+
+def _backward(ctx, grad_loss, _grad_hidden, _grad_weight):
+    # The gradients were computed in the forward with d_loss = 1: the first backward
+    # scales them in place (no second V x H buffer; by 1 in loss.backward()). A
+    # further backward through a retained graph scales copies from that factor, so
+    # what the first one returned stays as it was (a first factor of exactly 0
+    # leaves NaN: nothing to rescale).
+    if ctx.scaled_by is None:
+        ctx.scaled_by = grad_loss
+        scale = lambda grad: grad.mul_(grad_loss)  # noqa: E731
+    else:
+        scale = lambda grad: grad * (grad_loss / ctx.scaled_by)  # noqa: E731
+    needed = ctx.needs_input_grad
+    return (scale(ctx.grad_hidden) if needed[0] else None,
+            scale(ctx.grad_weight) if needed[1] else None,
+            None, None, None, None, None, None, None, None)
+
+
+_linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
+# --8<-- [end:autograd]
+
+
+# --8<-- [start:api]
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor,
+                         targets: torch.Tensor, *, ignore_index: int = -100,
+                         num_items_in_batch: torch.Tensor | int | None = None,
+                         config: CrossEntropyConfig | None = None) -> torch.Tensor:
+    """cross_entropy(hidden @ weight.T, targets) without the logits.
+
+    hidden (N, H), weight (V, H), targets (N,) int64. The mean over targets that
+    are not ignore_index, or the sum divided by ``num_items_in_batch``.
+    """
+    if torch.is_autocast_enabled(hidden.device.type):  # as F.linear under autocast
+        dtype = torch.get_autocast_dtype(hidden.device.type)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    divisor = None
+    if num_items_in_batch is not None:
+        divisor = torch.as_tensor(num_items_in_batch, device=hidden.device)
+    check_inputs(hidden, weight, targets, divisor)
+    targets = targets.contiguous()  # the kernel reads one per row, densely
+    if config is None:
+        config = launch_config(operator.index(hidden.shape[0]),
+                               operator.index(hidden.shape[1]), hidden.element_size(),
+                               hidden.device)
+    check_config(config)
+    grad = torch.is_grad_enabled()
+    loss, _, _ = _linear_cross_entropy_op(
+        hidden, weight, targets, divisor, ignore_index, config.chunk_tokens,
+        config.block, config.num_warps, grad and hidden.requires_grad,
+        grad and weight.requires_grad)
+    return loss
+
+
+def causal_lm_loss(hidden_states: torch.Tensor, lm_head_weight: torch.Tensor,
+                   labels: torch.Tensor | None, *, ignore_index: int = -100,
+                   num_items_in_batch: torch.Tensor | int | None = None,
+                   shift_labels: torch.Tensor | None = None,
+                   config: CrossEntropyConfig | None = None) -> torch.Tensor:
+    """HF's ForCausalLMLoss(lm_head(hidden_states), labels, ...) without the logits.
+
+    Labels (B, T) are shifted as HF shifts them (the last position of each row
+    gets ignore_index), unless ``shift_labels`` is given.
+    """
+    if shift_labels is None:
+        labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
+        shift_labels = labels[..., 1:]
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    targets = shift_labels.reshape(-1).to(hidden.device)
+    return linear_cross_entropy(hidden, lm_head_weight, targets,
+                                ignore_index=ignore_index,
+                                num_items_in_batch=num_items_in_batch, config=config)
+# --8<-- [end:api]
+
+
+if __name__ == "__main__":
+    # --8<-- [start:demo]
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: TRITON_INTERPRET=1
+    torch.manual_seed(0)
+    batch, seq, hidden_size, vocab = 2, 64, 64, 1000
+    hidden = torch.randn(batch, seq, hidden_size, device=device, requires_grad=True)
+    weight = torch.randn(vocab, hidden_size, device=device) / hidden_size**0.5
+    weight.requires_grad_()
+    labels = torch.randint(0, vocab, (batch, seq), device=device)
+    labels[0, :20] = -100  # a masked prompt
+
+    results = []
+    for loss_fn in (lambda: ForCausalLMLoss(hidden @ weight.t(), labels, vocab),
+                    lambda: causal_lm_loss(hidden, weight, labels,
+                                           config=CrossEntropyConfig(48, 256, 4))):
+        loss = loss_fn()
+        results.append([loss, *torch.autograd.grad(loss, [hidden, weight])])
+    for name, hf, ours in zip(["loss", "d hidden", "d weight"], *results):
+        error = (ours - hf).abs().max() / hf.abs().max()
+        print(f"{name}: max |ours - HF| = {error.item():.2g} of max |HF|")
+    # --8<-- [end:demo]

@@ -1,0 +1,337 @@
+"""Correctness of the fused lm_head + cross-entropy (snippets/linear_cross_entropy.py).
+
+Against an fp64 reference and against HF's ForCausalLMLoss(lm_head(h)) in HF's cast
+order (logits in the model's dtype, then fp32), with fresh random inputs and
+NaN-poisoned allocations. CPU: the Triton interpreter, small shapes and several chunks
+per call. CUDA: also Qwen3's vocabulary, inductor, and a chunk of more than 2^31 logits.
+"""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.loss.loss_utils import ForCausalLMLoss
+
+import linear_cross_entropy as lce
+from helpers import REL_TOL, ReportsSecondDevice, poisoned_allocations, rel_err
+from linear_cross_entropy import CrossEntropyConfig, causal_lm_loss, linear_cross_entropy
+
+SNIPPETS = pathlib.Path(__file__).resolve().parents[1] / "snippets"
+DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
+# Several chunks, a last chunk shorter than the others, a vocabulary that is no
+# multiple of the block (1000 = 3 x 256 + 232), several blocks per row.
+SMALL = CrossEntropyConfig(chunk_tokens=48, block=256, num_warps=4)
+
+
+def random_case(device, dtype, batch=2, seq=64, hidden_size=64, vocab=1000, seed=0,
+                ignored=0.25):
+    """hidden (B, T, H) ~ N(0, 1), weight scaled so logits ~ N(0, 2^2) (a loss well
+    above and below ln V across rows), labels with a fraction set to -100."""
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, seq, hidden_size, generator=gen, dtype=torch.float64)
+    weight = torch.randn(vocab, hidden_size, generator=gen, dtype=torch.float64)
+    weight *= 2 / hidden_size**0.5
+    labels = torch.randint(0, vocab, (batch, seq), generator=gen)
+    labels[torch.rand(batch, seq, generator=gen) < ignored] = -100
+    return (hidden.to(dtype).to(device), weight.to(dtype).to(device), labels.to(device))
+
+
+def fp64_reference(hidden, weight, labels, num_items_in_batch=None, shift_labels=None):
+    """loss, d_hidden, d_weight in fp64 from HF's formula with no rounding anywhere
+    (ForCausalLMLoss itself would compute in fp32)."""
+    h = hidden.detach().double().requires_grad_()
+    w = weight.detach().double().requires_grad_()
+    if shift_labels is None:
+        shift_labels = F.pad(labels, (0, 1), value=-100)[..., 1:]
+    logits = (h @ w.t()).reshape(-1, w.shape[0])
+    if num_items_in_batch is None:
+        loss = F.cross_entropy(logits, shift_labels.reshape(-1))
+    else:
+        loss = F.cross_entropy(logits, shift_labels.reshape(-1), reduction="sum")
+        loss = loss / num_items_in_batch
+    return (loss.detach(), *torch.autograd.grad(loss, (h, w)))
+
+
+def hf_run(hidden, weight, labels, **loss_kwargs):
+    """HF's arithmetic: logits = lm_head(h) in the dtype, then ForCausalLMLoss."""
+    h = hidden.detach().clone().requires_grad_()
+    w = weight.detach().clone().requires_grad_()
+    loss = ForCausalLMLoss(F.linear(h, w), labels, w.shape[0], **loss_kwargs)
+    return (loss.detach(), *torch.autograd.grad(loss, (h, w)))
+
+
+def ours_run(hidden, weight, labels, config=SMALL, **loss_kwargs):
+    h = hidden.detach().clone().requires_grad_()
+    w = weight.detach().clone().requires_grad_()
+    with poisoned_allocations():
+        loss = causal_lm_loss(h, w, labels, config=config, **loss_kwargs)
+        grads = torch.autograd.grad(loss, (h, w))
+    return (loss.detach(), *grads)
+
+
+def assert_close_to_reference(ours, hf, reference, dtype):
+    """Each of loss, d_hidden, d_weight: within the dtype's tolerance of fp64, and
+    (16-bit) no further from it than twice HF's own distance (d_weight: 3x, its
+    chunked sum rounds once per chunk)."""
+    for name, mine, theirs, exact, slack in zip(("loss", "d_hidden", "d_weight"), ours,
+                                                hf, reference, (2, 2, 3)):
+        error = rel_err(mine, exact)
+        assert error < REL_TOL[dtype], (name, error)
+        if dtype in (torch.bfloat16, torch.float16):
+            assert error <= slack * rel_err(theirs, exact) + 1e-6, (name, error)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_fp64_reference_and_hf(device, dtype):
+    hidden, weight, labels = random_case(device, dtype)
+    ours = ours_run(hidden, weight, labels)
+    assert ours[0].dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    assert_close_to_reference(ours, hf_run(hidden, weight, labels),
+                              fp64_reference(hidden, weight, labels), dtype)
+
+
+@pytest.mark.parametrize("case", ["mostly_ignored", "ignored_rows", "one_counted",
+                                  "num_items_int", "num_items_tensor", "shift_labels"])
+def test_hf_loss_options(device, case):
+    """HF's loss semantics: ignore_index-heavy batches, whole rows ignored, the
+    num_items_in_batch divisor (int and tensor), pre-shifted labels."""
+    hidden, weight, labels = random_case(device, torch.float32, batch=3, seq=40,
+                                         ignored=0.9 if case == "mostly_ignored" else 0.2)
+    kwargs = {}
+    if case == "ignored_rows":
+        labels[0] = -100
+        labels[2] = -100
+    if case == "one_counted":
+        labels[:] = -100
+        labels[1, 7] = 3
+    if case == "num_items_int":
+        kwargs["num_items_in_batch"] = 77
+    if case == "num_items_tensor":
+        kwargs["num_items_in_batch"] = torch.tensor(77, device=device)
+    if case == "shift_labels":
+        kwargs["shift_labels"] = torch.roll(labels, 3, dims=1)
+    ours = ours_run(hidden, weight, labels, **kwargs)
+    assert_close_to_reference(ours, hf_run(hidden, weight, labels, **kwargs),
+                              fp64_reference(hidden, weight, labels, **kwargs),
+                              torch.float32)
+
+
+def test_all_ignored_is_nan_with_zero_gradients_as_hf(device):
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    labels[:] = -100
+    ours, hf = ours_run(hidden, weight, labels), hf_run(hidden, weight, labels)
+    assert torch.isnan(hf[0]) and torch.isnan(ours[0])
+    for mine, theirs in zip(ours[1:], hf[1:]):
+        assert torch.equal(theirs, torch.zeros_like(theirs))
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("config", [CrossEntropyConfig(1, 64, 1),
+                                    CrossEntropyConfig(7, 512, 2),
+                                    CrossEntropyConfig(128, 2048, 8),
+                                    CrossEntropyConfig(10**6, 64, 4)], ids=str)
+def test_any_chunk_and_block(device, config):
+    """One token per chunk, a chunk that divides nothing, one chunk for everything; a
+    block wider than the vocabulary (one masked step) and a narrow one."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=24, vocab=997)
+    ours = ours_run(hidden, weight, labels, config=config)
+    assert_close_to_reference(ours, hf_run(hidden, weight, labels),
+                              fp64_reference(hidden, weight, labels), torch.float32)
+
+
+def test_deterministic(device):
+    hidden, weight, labels = random_case(device, torch.bfloat16, seq=32, seed=5)
+    first, second = ours_run(hidden, weight, labels), ours_run(hidden, weight, labels)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_gradcheck_fp64(device):
+    """fast_mode: random projections of the Jacobian (the retained-graph test covers
+    the repeated backwards that the full mode makes)."""
+    hidden, weight, labels = random_case(device, torch.float64, batch=1, seq=6,
+                                         hidden_size=4, vocab=37)
+    labels[0, 2] = -100
+
+    def loss(h, w):
+        return causal_lm_loss(h, w, labels, config=CrossEntropyConfig(4, 16, 1))
+
+    assert torch.autograd.gradcheck(loss, (hidden.requires_grad_(),
+                                           weight.requires_grad_()), fast_mode=True)
+
+
+def test_scales_by_the_incoming_gradient(device):
+    """The gradients are computed in the forward for d_loss = 1; backward scales them."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    base = ours_run(hidden, weight, labels)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    (causal_lm_loss(h, w, labels, config=SMALL) * -2.5).backward()
+    torch.testing.assert_close(h.grad, base[1] * -2.5)
+    torch.testing.assert_close(w.grad, base[2] * -2.5)
+
+
+def test_retained_graph_backward_twice(device):
+    """The first backward scales the gradients in place; a second one through a
+    retained graph (gradcheck does this) gives its own scale and leaves the first
+    one's result alone; autograd still accumulates .grad."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    base = ours_run(hidden, weight, labels)
+    h = hidden.clone().requires_grad_()
+    loss = causal_lm_loss(h, weight, labels, config=SMALL)
+    (first,) = torch.autograd.grad(loss * 3, h, retain_graph=True)
+    torch.testing.assert_close(first, base[1] * 3)
+    (second,) = torch.autograd.grad(loss * -0.5, h, retain_graph=True)
+    torch.testing.assert_close(second, base[1] * -0.5)
+    torch.testing.assert_close(first, base[1] * 3)
+    loss.backward()
+    loss.backward()
+    torch.testing.assert_close(h.grad, base[1] * 2)
+
+
+def test_only_the_gradients_asked_for(device):
+    """No grad mode: the loss alone (equal to the grad-mode loss); a frozen lm_head
+    (LoRA) gets no weight gradient; a frozen hidden, none for hidden."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    ours = ours_run(hidden, weight, labels)
+    with torch.no_grad():
+        assert torch.equal(causal_lm_loss(hidden, weight, labels, config=SMALL), ours[0])
+    h = hidden.clone().requires_grad_()
+    causal_lm_loss(h, weight, labels, config=SMALL).backward()
+    assert torch.equal(h.grad, ours[1]) and weight.grad is None
+    w = weight.clone().requires_grad_()
+    causal_lm_loss(hidden, w, labels, config=SMALL).backward()
+    assert torch.equal(w.grad, ours[2])
+
+
+def test_strided_inputs(device):
+    """A hidden slice (logits_to_keep), a transposed weight's view, labels with strides."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=30)
+    wide = torch.randn(2, 30, 3 * 64, device=device)
+    wide[..., 64:128] = hidden
+    strided_hidden = wide[..., 64:128]
+    strided_weight = weight.t().contiguous().t()
+    strided_labels = torch.stack([labels, labels], dim=-1)[..., 0]
+    assert not strided_hidden.is_contiguous() and not strided_labels.is_contiguous()
+    ours = ours_run(strided_hidden, strided_weight, strided_labels)
+    for mine, theirs in zip(ours, ours_run(hidden, weight, labels)):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_tied_weights_add_up(device):
+    """lm_head tied to the embedding: the loss's weight gradient adds to the lookup's."""
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    ids = labels.clamp_min(0)
+    results = []
+    for loss_fn in (lambda h, w: ForCausalLMLoss(h @ w.t(), labels, w.shape[0]),
+                    lambda h, w: causal_lm_loss(h, w, labels, config=SMALL)):
+        w = weight.clone().requires_grad_()
+        loss_fn(hidden + F.embedding(ids, w), w).backward()
+        results.append(w.grad)
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-7)
+
+
+def test_autocast_casts_like_f_linear(device):
+    """Under autocast, fp32 weights and hidden states go in as the autocast dtype,
+    as lm_head's F.linear would take them; the weight's gradient comes back fp32."""
+    hidden, weight, labels = random_case(device, torch.float32)
+    kind = torch.device(device).type
+    results = []
+    for loss_fn in (lambda h, w: ForCausalLMLoss(F.linear(h, w), labels, w.shape[0]),
+                    lambda h, w: causal_lm_loss(h, w, labels, config=SMALL)):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast(kind, dtype=torch.bfloat16):
+            loss = loss_fn(h, w)
+        results.append((loss, *torch.autograd.grad(loss, (h, w))))
+    reference = fp64_reference(hidden.bfloat16(), weight.bfloat16(), labels)
+    assert results[1][2].dtype == torch.float32
+    assert_close_to_reference(results[1], results[0], reference, torch.bfloat16)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_with_ignored_targets(device, backend):
+    """Compiled (fullgraph), with ignore_index among the targets (where Liger's fused
+    loss goes wrong under compile): the loss and gradients of eager."""
+    if backend == "inductor" and device == "cpu":
+        pytest.skip("inductor runs on the GPU suite; the CPU suite compiles with aot_eager")
+    hidden, weight, labels = random_case(device, torch.float32, seq=32)
+    labels[:, :10] = -100
+    eager = ours_run(hidden, weight, labels)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda h, w: causal_lm_loss(h, w, labels, config=SMALL),
+                             fullgraph=True, backend=backend)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = compiled(h, w)
+    loss.backward()
+    for mine, theirs in zip((loss.detach(), h.grad, w.grad), eager):
+        torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("problem", [
+    "dtype_mismatch", "int_hidden", "int32_targets", "target_shape", "shape_mismatch",
+    "empty_tokens", "empty_vocab", "weight_elsewhere", "divisor_shape", "bad_config",
+    "target_out_of_range", "negative_target"])
+def test_rejects_bad_input(device, problem):
+    hidden, weight, labels = random_case(device, torch.float32, seq=8, vocab=50)
+    h, w, t = hidden.reshape(-1, 64), weight, labels.reshape(-1)
+    kwargs = {"config": SMALL}
+    error, match = ValueError, None
+    if problem == "dtype_mismatch":
+        w, error, match = w.double(), TypeError, "one dtype"
+    elif problem == "int_hidden":
+        h, error, match = h.long(), TypeError, "supports"
+    elif problem == "int32_targets":
+        t, match = t.int(), "int64"
+    elif problem == "target_shape":
+        t, match = t[:-1], "targets must be"
+    elif problem == "shape_mismatch":
+        w, match = w[:, :32], r"\(V, H\)"
+    elif problem == "empty_tokens":
+        h, t, match = h[:0], t[:0], "needs tokens"
+    elif problem == "empty_vocab":
+        w, match = w[:0], "needs tokens"
+    elif problem == "weight_elsewhere":
+        w, match = w.as_subclass(ReportsSecondDevice), "is on"
+    elif problem == "divisor_shape":
+        kwargs["num_items_in_batch"], match = torch.ones(2, device=device), "one number"
+    elif problem == "bad_config":
+        kwargs["config"], match = CrossEntropyConfig(8, 100, 4), "power of two"
+    elif problem in ("target_out_of_range", "negative_target"):
+        t = t.clone()
+        t[3] = 50 if problem == "target_out_of_range" else -7
+        error, match = RuntimeError, "outside"
+    with pytest.raises(error, match=match):
+        linear_cross_entropy(h, w, t, **kwargs)
+        if device == "cuda":  # the device-side assert surfaces at the next sync
+            torch.cuda.synchronize()
+
+
+def test_default_config():
+    """The rule: two GEMM tiles per SM for d_h, clamped, and never above the tokens."""
+    cpu = torch.device("cpu")
+    assert lce.launch_config(16384, 4096, 2, cpu) == CrossEntropyConfig(1024, 4096, 8)
+    assert lce.launch_config(16384, 1024, 2, cpu).chunk_tokens == 4096
+    assert lce.launch_config(16384, 8192, 4, cpu) == CrossEntropyConfig(512, 2048, 8)
+    assert lce.launch_config(100, 4096, 2, cpu).chunk_tokens == 100
+
+
+def test_demo_runs():
+    result = subprocess.run([sys.executable, str(SNIPPETS / "linear_cross_entropy.py")],
+                            capture_output=True, text=True, cwd=SNIPPETS, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        error = float(line.rsplit("=", 1)[1].split()[0])
+        assert error < 1e-5, line
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs the GPU")
+def test_qwen3_vocabulary_and_a_chunk_over_2_31_logits():  # pragma: gpu only
+    """Qwen3's vocabulary (151,936) in bf16, one chunk of 16,384 tokens: 2.5e9 logits,
+    offsets past 2^31."""
+    hidden, weight, labels = random_case("cuda", torch.bfloat16, batch=4, seq=4096,
+                                         hidden_size=256, vocab=151936)
+    config = CrossEntropyConfig(16384, 4096, 8)
+    ours = ours_run(hidden, weight, labels, config=config)
+    assert_close_to_reference(ours, hf_run(hidden, weight, labels),
+                              fp64_reference(hidden, weight, labels), torch.bfloat16)
