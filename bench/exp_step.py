@@ -84,14 +84,16 @@ from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 NAME = "step"
 
 # Which parts of snippets/qwen3_fusion_patch.py and of Liger's Qwen3 patch each contender applies.
+def _ours(*parts):
+    return {part: part in parts for part in ("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss")}
+
+
 FUSION_PARTS = {
-    "triton_qk_rope": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": True, "swiglu": False}, None),
-    "triton_liger_rope": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": False},
-                          "rope"),
-    "triton_swiglu": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": True}, None),
-    "triton_liger_swiglu": ({"rms_norm": True, "fused_add": False, "qk_norm_rope": False, "swiglu": False},
-                            "swiglu"),
-    "fusion_set": ({"rms_norm": True, "fused_add": True, "qk_norm_rope": True, "swiglu": True}, None),
+    "triton_qk_rope": (_ours("rms_norm", "qk_norm_rope"), None),
+    "triton_liger_rope": (_ours("rms_norm"), "rope"),
+    "triton_swiglu": (_ours("rms_norm", "swiglu"), None),
+    "triton_liger_swiglu": (_ours("rms_norm"), "swiglu"),
+    "fusion_set": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu"), None),
     "liger_no_loss": (None, ("rope", "rms_norm", "swiglu")),
 }
 COMPILED = {"compile", "triton_compile"}

@@ -8,7 +8,14 @@ Each part is switchable:
   (qwen3_fused_add_patch.py; needs rms_norm);
 * qk_norm_rope: Qwen3Attention's q_norm, k_norm, transposes and RoPE -> one
   qk_norm_rope call (qk_norm_rope.py);
-* swiglu: Qwen3MLP's silu(gate) * up -> the fused SwiGLU (swiglu.py).
+* swiglu: Qwen3MLP's silu(gate) * up -> the fused SwiGLU (swiglu.py);
+* loss (opt-in until its GPU run): Qwen3ForCausalLM's lm_head + loss -> linear +
+  cross-entropy without the logits (linear_cross_entropy.py), when it trains with
+  labels. Then the output's ``logits`` is None (they are never made); in eval
+  mode or without labels the forward is HF's own, logits included (generate,
+  evaluation metrics). Before the model is built, this part replaces the forward
+  on HF's Qwen3ForCausalLM class itself (the class callers hold): every
+  Qwen3ForCausalLM, built before or after, until undo().
 
 apply_qwen3_fusion() with no model patches modeling_qwen3 before the model is
 built (from_config, from_pretrained); apply_qwen3_fusion(model) converts a
@@ -32,6 +39,7 @@ import torch
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 
 import qwen3_fused_add_patch
+from linear_cross_entropy import causal_lm_loss
 from qk_norm_rope import qk_norm_rope
 from qwen3_mirrored_code import check_transformers
 from rmsnorm_triton import TritonQwen3RMSNorm
@@ -41,7 +49,12 @@ from swiglu import qwen3_mlp_forward
 HF_ATTENTION = modeling_qwen3.Qwen3Attention
 HF_MLP = modeling_qwen3.Qwen3MLP
 HF_NORM = qwen3_fused_add_patch.HF_NORM
+HF_CAUSAL_LM = modeling_qwen3.Qwen3ForCausalLM
+HF_CAUSAL_LM_FORWARD = HF_CAUSAL_LM.forward
 # --8<-- [end:imports]
+if HF_CAUSAL_LM.forward.__module__ != modeling_qwen3.__name__:
+    raise ImportError("Qwen3ForCausalLM.forward is not transformers' own: import "
+                      "qwen3_fusion_patch before other patches")
 for _hf in (HF_ATTENTION, HF_MLP):
     if _hf.__module__ != modeling_qwen3.__name__:
         raise ImportError(f"modeling_qwen3.{_hf.__name__} comes from {_hf.__module__}: "
@@ -54,12 +67,17 @@ PIECES = {
     "qk_norm_rope": ("Qwen3RMSNorm", "Qwen3Attention", "rotate_half",
                      "apply_rotary_pos_emb", "Qwen3RotaryEmbedding"),
     "swiglu": ("Qwen3MLP",),
+    "loss": ("Qwen3ForCausalLM", "ForCausalLMLoss", "fixed_cross_entropy",
+             "slice_logits_to_keep", "can_return_tuple"),
 }
 # The norms whose weight and eps the fused attention may read in their place.
 QK_NORMS = (HF_NORM, TritonQwen3RMSNorm, qwen3_fused_add_patch.Qwen3RMSNorm)
 # 5.24 renamed the attention's KV cache argument and passes its kwargs to update().
 CACHE = "cache" if "cache" in inspect.signature(HF_ATTENTION.forward).parameters \
     else "past_key_values"
+# and the model's and its outputs' field (before 5.24: past_key_values)
+_OUTPUT_FIELDS = modeling_qwen3.CausalLMOutputWithPast.__dataclass_fields__
+CACHE_FIELD = "cache" if "cache" in _OUTPUT_FIELDS else "past_key_values"
 
 
 # --8<-- [start:attention]
@@ -113,6 +131,76 @@ class Qwen3MLP(HF_MLP):
 # --8<-- [end:mlp]
 
 
+# --8<-- [start:causal_lm]
+def fused_loss_forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                       cache=None, inputs_embeds=None, labels=None, use_cache=None,
+                       logits_to_keep=0, **kwargs):
+    """Qwen3ForCausalLM.forward (HF's parameters, in HF's order). Training with
+    labels: HF's loss from the hidden states and lm_head.weight, no logits made
+    (the output's logits is None). Otherwise: HF's own forward."""
+    cache = kwargs.pop("past_key_values", cache)  # either name, as HF takes
+    if labels is None or not self.training:
+        return HF_CAUSAL_LM_FORWARD(
+            self, input_ids=input_ids, attention_mask=attention_mask,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels,
+            use_cache=use_cache, logits_to_keep=logits_to_keep, **{CACHE: cache},
+            **kwargs)
+    return_dict = kwargs.pop("return_dict", self.config.return_dict)  # as HF pops it
+    return_dict = self.config.return_dict if return_dict is None else return_dict
+    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, inputs_embeds=inputs_embeds,
+                         use_cache=use_cache, **{CACHE: cache}, **kwargs)
+    hidden_states = _slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+    check_lm_head(self)
+    loss = causal_lm_loss(hidden_states, self.lm_head.weight, labels,
+                          ignore_index=kwargs.get("ignore_index", -100),
+                          num_items_in_batch=kwargs.get("num_items_in_batch"),
+                          shift_labels=kwargs.get("shift_labels"))
+    output = modeling_qwen3.CausalLMOutputWithPast(
+        loss=loss, logits=None, hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions, **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)})
+    return output if return_dict else output.to_tuple()
+# --8<-- [end:causal_lm]
+
+
+def _slice_logits_to_keep(hidden_states, logits_to_keep):
+    """The positions HF makes logits for: its slice_logits_to_keep (5.22+), or the
+    slice that 5.17 writes inline."""
+    if hasattr(modeling_qwen3, "slice_logits_to_keep"):
+        return modeling_qwen3.slice_logits_to_keep(hidden_states, logits_to_keep)
+    if isinstance(logits_to_keep, int):
+        logits_to_keep = slice(-logits_to_keep, None)
+    return hidden_states[:, logits_to_keep, :]
+
+
+class Qwen3ForCausalLM(HF_CAUSAL_LM):
+    """HF's causal LM whose training loss makes no logits (in-place conversion)."""
+
+    forward = fused_loss_forward
+
+
+def check_lm_head(model) -> None:
+    """The fused loss computes ForCausalLMLoss with lm_head's whole weight and no
+    bias: refuse anything else, with what to do instead."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    if model.loss_function is not ForCausalLMLoss:
+        raise ValueError(f"the fused loss computes HF's ForCausalLMLoss; this model's "
+                         f"loss_function is {model.loss_function!r}: use loss=False")
+    head = model.lm_head
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise ValueError(f"the fused loss takes a bias-free nn.Linear lm_head; found "
+                         f"{head!r}: use loss=False")
+    if type(head.weight) not in (torch.nn.Parameter, torch.Tensor):
+        raise TypeError(f"lm_head.weight is a {type(head.weight).__name__} (a sharded "
+                        "lm_head?): the fused loss reads the whole weight without "
+                        "lm_head's forward; shard lm_head with its parent, or use "
+                        "loss=False")
+    if head.weight.shape[0] != model.config.vocab_size:
+        raise ValueError(f"lm_head has {head.weight.shape[0]} outputs, the config's "
+                         f"vocab_size is {model.config.vocab_size}")
+
+
 def check_qk_norms(attention) -> None:
     """The fused attention computes q_norm and k_norm itself from their weight and
     eps: refuse norms of another kind (their forward may differ) or unequal eps."""
@@ -135,11 +223,11 @@ def check_activation(mlp) -> None:
 
 # --8<-- [start:entry]
 def apply_qwen3_fusion(model: torch.nn.Module | None = None, *, rms_norm=True,
-                       fused_add=True, qk_norm_rope=True, swiglu=True):
+                       fused_add=True, qk_norm_rope=True, swiglu=True, loss=False):
     """Fuse the chosen parts of Qwen3. No model: patch modeling_qwen3 before the
     model is built. A model: convert its Qwen3 modules in place. Returns undo()."""
     parts = {"rms_norm": rms_norm, "fused_add": fused_add,
-             "qk_norm_rope": qk_norm_rope, "swiglu": swiglu}
+             "qk_norm_rope": qk_norm_rope, "swiglu": swiglu, "loss": loss}
     chosen = [part for part, wanted in parts.items() if wanted]
     if not chosen:
         raise ValueError("apply_qwen3_fusion: no part chosen")
@@ -184,6 +272,16 @@ def _patch_classes(parts, undos) -> None:
         _set_class_attribute("Qwen3Attention", Qwen3Attention, HF_ATTENTION, undos)
     if parts["swiglu"]:
         _set_class_attribute("Qwen3MLP", Qwen3MLP, HF_MLP, undos)
+    if parts["loss"]:
+        # The causal LM class is what callers hold (AutoModelForCausalLM resolves
+        # it too): its forward is replaced on HF's class itself.
+        if HF_CAUSAL_LM.forward is not HF_CAUSAL_LM_FORWARD:
+            raise RuntimeError("Qwen3ForCausalLM.forward is already "
+                               f"{HF_CAUSAL_LM.forward.__module__}."
+                               f"{HF_CAUSAL_LM.forward.__qualname__}, not "
+                               "transformers' own: undo the other patch first")
+        HF_CAUSAL_LM.forward = fused_loss_forward
+        undos.append(lambda: setattr(HF_CAUSAL_LM, "forward", HF_CAUSAL_LM_FORWARD))
 
 
 def _swap_classes(modules, hf_class, new_class, undos) -> None:
@@ -193,7 +291,7 @@ def _swap_classes(modules, hf_class, new_class, undos) -> None:
 
 
 def _convert_in_place(model, parts, undos) -> None:
-    ours = (Qwen3Attention, Qwen3MLP, TritonQwen3RMSNorm,
+    ours = (Qwen3Attention, Qwen3MLP, Qwen3ForCausalLM, TritonQwen3RMSNorm,
             *qwen3_fused_add_patch.FUSED.values())
     if not any(isinstance(m, qwen3_fused_add_patch.HF_MODEL) for m in model.modules()):
         raise ValueError(f"{type(model).__name__} holds no Qwen3Model")
@@ -205,6 +303,16 @@ def _convert_in_place(model, parts, undos) -> None:
         check_qk_norms(attention)  # before any norm is swapped
     for mlp in mlps if parts["swiglu"] else ():
         check_activation(mlp)
+    heads = [m for m in model.modules() if type(m) is HF_CAUSAL_LM]
+    if parts["loss"]:
+        if not heads:
+            raise ValueError(f"the fused loss replaces Qwen3ForCausalLM's forward; "
+                             f"{type(model).__name__} holds none: use loss=False")
+        if HF_CAUSAL_LM.forward is not HF_CAUSAL_LM_FORWARD:
+            raise RuntimeError("Qwen3ForCausalLM.forward is patched already (by "
+                               f"{HF_CAUSAL_LM.forward.__module__}): undo that first")
+        for head in heads:
+            check_lm_head(head)
     if parts["fused_add"]:
         undos.append(qwen3_fused_add_patch.apply_fused_add_rmsnorm(model))
     elif parts["rms_norm"]:
@@ -213,6 +321,8 @@ def _convert_in_place(model, parts, undos) -> None:
         _swap_classes(attentions, HF_ATTENTION, Qwen3Attention, undos)
     if parts["swiglu"]:
         _swap_classes(mlps, HF_MLP, Qwen3MLP, undos)
+    if parts["loss"]:
+        _swap_classes(heads, HF_CAUSAL_LM, Qwen3ForCausalLM, undos)
 
 
 def _replace_norms(model, undos) -> None:
@@ -234,13 +344,13 @@ if __name__ == "__main__":
     # --8<-- [start:demo]
     from collections import Counter
 
-    from transformers import Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from qwen3_configs import tiny_qwen3_config
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: TRITON_INTERPRET=1
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_qwen3_config()).to(device)
+    model = AutoModelForCausalLM.from_config(tiny_qwen3_config()).to(device)
     ids = torch.randint(0, model.config.vocab_size, (2, 16), device=device)
     reference = model(input_ids=ids, labels=ids).loss
 

@@ -22,6 +22,7 @@ import sys
 
 import transformers
 import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
+from transformers.loss import loss_utils
 
 # --8<-- [start:pieces]
 # The mirrored pieces, in TESTED's order.
@@ -39,25 +40,40 @@ PIECES = (
     "apply_rotary_pos_emb",
     "Qwen3RotaryEmbedding",  # makes cos and sin: their dtype and layout
     "Qwen3MLP",  # the fusion patch rewrites its forward: SwiGLU fused
+    "Qwen3ForCausalLM",  # the fused loss rewrites its forward's logits and loss
+    "ForCausalLMLoss",  # HF's loss (shift, ignore_index), reproduced without logits
+    "fixed_cross_entropy",  # its mean or sum / num_items_in_batch
+    "slice_logits_to_keep",  # 5.22+: which positions get logits (missing before)
+    "can_return_tuple",  # return_dict=False: the output as a tuple
 )
 
 # transformers versions the patch tests ran on -> fingerprint (PIECES' digests).
 TESTED = {
     "5.17.0": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
               "2a9119043510 11ef8bfcb7a5 missing 9f836ac40e77 "
-              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 7d8081c15b2e ed2873bc9f1b",
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 7d8081c15b2e "
+              "ed2873bc9f1b 0a2de0c7263b c7c5440d2104 9121fe97327d "
+              "missing a7d37036499c",
     "5.22.2": "d2f0569a389c 33b93ae7299a 2c8323462173 22ce9d21c946 "
               "4d3c49258e84 11ef8bfcb7a5 missing 9f836ac40e77 "
-              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 ed2873bc9f1b",
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 "
+              "ed2873bc9f1b 034aed233af1 c7c5440d2104 9121fe97327d "
+              "e55932fc273b a7d37036499c",
     "5.23.0": "d2f0569a389c 33b93ae7299a 2c8323462173 f03cdbec4366 "
               "5a173dabc469 2865397999c8 46599738c9aa 9f836ac40e77 "
-              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 ed2873bc9f1b",
+              "de3fb50f5f3e e40a6f5690e6 97fe9d70f899 2865a4d245f8 "
+              "ed2873bc9f1b 034aed233af1 c7c5440d2104 9121fe97327d "
+              "e55932fc273b a7d37036499c",
     "5.24.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
               "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131 "
-              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 ed2873bc9f1b",
+              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 "
+              "ed2873bc9f1b 2f6c629ada5c c7c5440d2104 9121fe97327d "
+              "e55932fc273b a7d37036499c",
     "5.25.0": "d2f0569a389c d11343373c22 397a172157f3 1dbb2b5e340c "
               "5a173dabc469 2865397999c8 46599738c9aa 87b3ee664131 "
-              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 ed2873bc9f1b",
+              "5c715386ddcb e40a6f5690e6 97fe9d70f899 0aafd48e9d57 "
+              "ed2873bc9f1b 2f6c629ada5c c7c5440d2104 9121fe97327d "
+              "e55932fc273b a7d37036499c",
 }
 # --8<-- [end:pieces]
 
@@ -122,6 +138,11 @@ def _defining_modules() -> dict:
             "rotate_half": modeling_qwen3, "apply_rotary_pos_emb": modeling_qwen3,
             "Qwen3RotaryEmbedding": modeling_qwen3, "Qwen3MLP": modeling_qwen3,
             "GradientCheckpointingLayer": home("GradientCheckpointingLayer"),
+            "Qwen3ForCausalLM": modeling_qwen3,
+            "ForCausalLMLoss": home("ForCausalLMLoss") or loss_utils,
+            "fixed_cross_entropy": loss_utils,
+            "slice_logits_to_keep": home("slice_logits_to_keep"),
+            "can_return_tuple": home("can_return_tuple"),
             "capture_outputs": capturing, "install_output_capuring_hook": capturing,
             "_CanRecordRegistry": capturing,
             "merge_with_config_defaults": home("merge_with_config_defaults")}

@@ -1,5 +1,6 @@
 """apply_qwen3_fusion: the whole fusion set through one entry point, each part switchable, and
-everything HF's Qwen3 does still works: loss and gradients, gradient checkpointing (it still
+everything HF's Qwen3 does still works: loss and gradients (the fused loss: HF's loss options,
+tied embeddings, logits in eval mode), gradient checkpointing (it still
 recomputes the fused calls), the KV cache and generate, output_attentions and
 output_hidden_states, parameters and state_dict, exact undo, clear refusals. Both ways in:
 on a built model (in place) and before the model is built. Runs on every transformers the
@@ -15,14 +16,15 @@ import qwen3_fusion_patch
 import qwen3_mirrored_code
 import swiglu
 from helpers import batch, loss_and_grads, rel_err, tiny_model
-from qwen3_fusion_patch import HF_ATTENTION, HF_MLP, apply_qwen3_fusion
+from qwen3_fusion_patch import (HF_ATTENTION, HF_CAUSAL_LM, HF_CAUSAL_LM_FORWARD, HF_MLP,
+                                apply_qwen3_fusion)
 from qwen3_fused_add_patch import HF_LAYER, HF_MODEL, HF_NORM
 from rmsnorm_triton import TritonQwen3RMSNorm
 
 HF = {"Qwen3RMSNorm": HF_NORM, "Qwen3DecoderLayer": HF_LAYER, "Qwen3Model": HF_MODEL,
       "Qwen3Attention": HF_ATTENTION, "Qwen3MLP": HF_MLP}
 WAYS = ("apply", "patch")
-ALL = dict(rms_norm=True, fused_add=True, qk_norm_rope=True, swiglu=True)
+ALL = dict(rms_norm=True, fused_add=True, qk_norm_rope=True, swiglu=True, loss=True)
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +32,7 @@ def restore_hf():
     yield
     for name, cls in HF.items():
         setattr(modeling_qwen3, name, cls)
+    HF_CAUSAL_LM.forward = HF_CAUSAL_LM_FORWARD
 
 
 def module_globals():
@@ -40,16 +43,17 @@ def module_globals():
 
 def fused(model, way, **parts):
     """(model fused as a reader would, undo). "apply": in place; "patch": a new model built
-    under the build-time patch, loaded with the weights."""
+    under the build-time patch, loaded with the weights (the loss part patches the causal
+    LM's forward: it lasts until undo)."""
     parts = ALL | parts
     if way == "apply":
         return model, apply_qwen3_fusion(model, **parts)
     undo_patch = apply_qwen3_fusion(**parts)
     built = Qwen3ForCausalLM(model.config)
-    undo_patch()
     built.load_state_dict(model.state_dict())
     parameter = next(model.parameters())
-    return built.to(device=parameter.device, dtype=parameter.dtype), lambda: None
+    built.train(model.training)
+    return built.to(device=parameter.device, dtype=parameter.dtype), undo_patch
 
 
 
@@ -60,8 +64,8 @@ def fused(model, way, **parts):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Calls of the fused q/k and SwiGLU functions, as the patch makes them."""
-    seen = {"qk_norm_rope": 0, "swiglu": 0}
+    """Calls of the fused q/k, SwiGLU and loss functions, as the patch makes them."""
+    seen = {"qk_norm_rope": 0, "swiglu": 0, "causal_lm_loss": 0}
 
     def counted(module, name):
         inner = getattr(module, name)
@@ -74,6 +78,7 @@ def calls(monkeypatch):
 
     counted(qwen3_fusion_patch, "qk_norm_rope")
     counted(swiglu, "swiglu")  # qwen3_mlp_forward looks it up in swiglu's globals
+    counted(qwen3_fusion_patch, "causal_lm_loss")
     return seen
 
 
@@ -85,31 +90,36 @@ def test_loss_and_every_grad_match_hf(device, way, calls):
     fused_model, undo = fused(model, way)
     loss, grads = loss_and_grads(fused_model, ids)
     undo()
-    assert calls == {"qk_norm_rope": 2, "swiglu": 2}  # one per layer each
+    assert calls == {"qk_norm_rope": 2, "swiglu": 2, "causal_lm_loss": 1}  # per layer; once
     assert rel_err(loss, ref_loss) < 1e-6
     assert grads.keys() == ref_grads.keys()
     worst = {name: rel_err(grads[name], ref_grads[name]) for name in grads}
     assert max(worst.values()) < 1e-5, worst
 
 
-@pytest.mark.parametrize("part", ["rms_norm", "qk_norm_rope", "swiglu"])
+@pytest.mark.parametrize("part", ["rms_norm", "qk_norm_rope", "swiglu", "loss"])
 def test_each_part_switches_alone(device, part, calls):
     """One part on: only its modules change, the others stay HF's and run HF's code."""
     model = tiny_model(device)
     ids = batch(model, device)
     with torch.no_grad():
         expected = model(input_ids=ids).logits
+        expected_loss = model(input_ids=ids, labels=ids).loss
     only = {name: name == part for name in ALL}
     undo = apply_qwen3_fusion(model, **only)
     kinds = {type(m) for m in model.modules()}
     with torch.no_grad():
         logits = model(input_ids=ids).logits
+        loss = model(input_ids=ids, labels=ids).loss
     undo()
     assert (TritonQwen3RMSNorm in kinds) == (part == "rms_norm")
     assert (qwen3_fusion_patch.Qwen3Attention in kinds) == (part == "qk_norm_rope")
     assert (qwen3_fusion_patch.Qwen3MLP in kinds) == (part == "swiglu")
-    assert calls == {"qk_norm_rope": 2 * (part == "qk_norm_rope"), "swiglu": 2 * (part == "swiglu")}
+    assert (qwen3_fusion_patch.Qwen3ForCausalLM in kinds) == (part == "loss")
+    assert calls == {"qk_norm_rope": 4 * (part == "qk_norm_rope"),
+                     "swiglu": 4 * (part == "swiglu"), "causal_lm_loss": int(part == "loss")}
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("way, use_reentrant", [("apply", True), ("patch", False)],
@@ -123,14 +133,14 @@ def test_checkpointing_recomputes_the_fused_calls(device, way, use_reentrant, ca
     fused_model, undo = fused(model, way)
     fused_model.train()
     loss_and_grads(fused_model, ids)
-    assert calls == {"qk_norm_rope": 2, "swiglu": 2}
+    assert calls == {"qk_norm_rope": 2, "swiglu": 2, "causal_lm_loss": 1}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         fused_model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
     loss, grads = loss_and_grads(fused_model, ids)
     undo()
-    assert calls == {"qk_norm_rope": 2 + 4, "swiglu": 2 + 4}
+    assert calls == {"qk_norm_rope": 2 + 4, "swiglu": 2 + 4, "causal_lm_loss": 2}
     assert rel_err(loss, ref_loss) < 1e-6
     assert max(rel_err(grads[n], ref_grads[n]) for n in grads) < 1e-5
 
@@ -209,13 +219,15 @@ def test_undo_is_exact(device):
 
 def test_a_model_built_under_the_patch_keeps_hf_names_and_keys(device):
     reference = tiny_model(device)
-    model, _ = fused(reference, "patch")
+    model, undo = fused(reference, "patch")
+    undo()
     assert list(model.state_dict()) == list(reference.state_dict())
     names = {type(m).__name__ for m in model.modules()}
     assert set(model._no_split_modules) <= names
     assert {"Qwen3Attention", "Qwen3MLP"} <= names
     assert type(model.model.layers[0].self_attn).__module__ == "qwen3_fusion_patch"
-    assert module_globals() == HF  # the build-time patch was undone
+    assert module_globals() == HF  # undone
+    assert HF_CAUSAL_LM.forward is HF_CAUSAL_LM_FORWARD
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -254,7 +266,8 @@ def test_clear_errors_for_what_it_cannot_fuse(device):
     with pytest.raises(ValueError, match="fused_add needs rms_norm"):
         apply_qwen3_fusion(rms_norm=False)
     with pytest.raises(ValueError, match="no part chosen"):
-        apply_qwen3_fusion(rms_norm=False, fused_add=False, qk_norm_rope=False, swiglu=False)
+        apply_qwen3_fusion(rms_norm=False, fused_add=False, qk_norm_rope=False, swiglu=False,
+                           loss=False)
     model = tiny_model(device, hidden_act="gelu")
     with pytest.raises(ValueError, match="hidden_act is 'gelu'"):
         apply_qwen3_fusion(model)
@@ -265,6 +278,119 @@ def test_clear_errors_for_what_it_cannot_fuse(device):
         apply_qwen3_fusion(model)
     assert [type(m) for m in model.modules()] == classes
     assert module_globals() == HF
+
+
+def hf_and_fused_outputs(model, way, **call):
+    """HF's output, then the fused model's, for one call (no_grad)."""
+    with torch.no_grad():
+        expected = model(**call)
+        fused_model, undo = fused(model, way)
+        got = fused_model(**call)
+    undo()
+    return expected, got
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("case", ["ignored", "num_items", "shift_labels", "logits_to_keep",
+                                  "tuple"])
+def test_fused_loss_takes_hfs_loss_options(device, way, case):
+    """Training with labels: HF's loss through the fused path (no logits made), with HF's
+    options: ignore_index-heavy labels, num_items_in_batch, shift_labels, logits_to_keep,
+    return_dict=False."""
+    model = tiny_model(device)
+    ids = batch(model, device, (3, 12))
+    labels = ids.clone()
+    labels[:, :7] = -100  # masked prompts
+    labels[1] = -100  # a row with nothing to learn
+    call = {"input_ids": ids, "labels": labels}
+    if case == "num_items":
+        call["num_items_in_batch"] = torch.tensor(40, device=device)
+    if case == "shift_labels":
+        call["shift_labels"] = labels  # not what HF's own shift would give
+    if case == "logits_to_keep":
+        call["logits_to_keep"] = 12  # all positions, as an int
+    if case == "tuple":
+        call["return_dict"] = False
+    expected, got = hf_and_fused_outputs(model, way, **call)
+    if case == "tuple":  # (loss, ...): the None logits dropped, as to_tuple() drops them
+        assert isinstance(got, tuple) and isinstance(expected, tuple)
+        assert len(got) == len(expected) - 1 and got[0].dim() == 0
+        torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=1e-6)
+        return
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_eval_mode_keeps_hfs_logits_and_loss(device, way):
+    """Eval (or no labels): HF's own forward, logits included, as evaluation metrics and
+    generate need them."""
+    model = tiny_model(device).eval()
+    ids = batch(model, device)
+    expected, got = hf_and_fused_outputs(model, way, input_ids=ids, labels=ids)
+    torch.testing.assert_close(got.logits, expected.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_tied_embeddings_get_both_gradients(device, way):
+    """Qwen3-0.6B/1.7B/4B tie lm_head to embed_tokens: the shared weight's gradient is the
+    lookup's plus the fused loss's, as HF's."""
+    model = tiny_model(device, tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ids = batch(model, device)
+    ref_loss, ref_grads = loss_and_grads(model, ids)
+    fused_model, undo = fused(model, way)
+    assert fused_model.lm_head.weight is fused_model.model.embed_tokens.weight
+    loss, grads = loss_and_grads(fused_model, ids)
+    undo()
+    assert "lm_head.weight" not in grads  # one parameter, named once
+    assert rel_err(loss, ref_loss) < 1e-6
+    assert rel_err(grads["model.embed_tokens.weight"],
+                   ref_grads["model.embed_tokens.weight"]) < 1e-5
+
+
+def test_fused_loss_refuses_what_it_does_not_compute(device):
+    """No causal LM to fuse; another patch of its forward (Liger's replaces it on the class);
+    a custom loss_function; a biased or resized lm_head."""
+    model = tiny_model(device)
+    with pytest.raises(ValueError, match="holds none: use loss=False"):
+        apply_qwen3_fusion(model.model, loss=True)
+    apply_qwen3_fusion(model.model)()  # the loss is opt-in
+
+    def other_forward(self, *args, **kwargs):
+        return HF_CAUSAL_LM_FORWARD(self, *args, **kwargs)
+
+    HF_CAUSAL_LM.forward = other_forward
+    classes = [type(m) for m in model.modules()]
+    for target in (model, None):
+        with pytest.raises(RuntimeError, match="already|patched already"):
+            apply_qwen3_fusion(target, loss=True)
+    assert [type(m) for m in model.modules()] == classes and module_globals() == HF
+    HF_CAUSAL_LM.forward = HF_CAUSAL_LM_FORWARD
+
+    ids = batch(model, device)
+    undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, qk_norm_rope=False,
+                              swiglu=False, loss=True)
+    model._loss_function = lambda **kwargs: torch.tensor(0.0)
+    with pytest.raises(ValueError, match="ForCausalLMLoss"):
+        model(input_ids=ids, labels=ids)
+    del model._loss_function
+    undo()
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size, device=device))
+    with pytest.raises(ValueError, match="bias-free"):
+        apply_qwen3_fusion(model, loss=True)
+
+
+def test_untested_loss_code_is_refused_by_name(device, monkeypatch):
+    real = qwen3_mirrored_code.fingerprint()
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint",
+                        lambda: dict(real, ForCausalLMLoss="0123456789ab"))
+    model = tiny_model(device)
+    with pytest.raises(RuntimeError, match=r"\(loss\).* in ForCausalLMLoss"):
+        apply_qwen3_fusion(model, loss=True)
+    assert type(model) is HF_CAUSAL_LM
+    apply_qwen3_fusion(model)()
 
 
 @pytest.mark.gpu
@@ -318,4 +444,4 @@ def test_the_demo_runs_and_matches_hf(capsys):
     assert ("fused modules: {'Qwen3Attention': 2, 'Qwen3DecoderLayer': 2, 'Qwen3MLP': 2, "
             "'Qwen3Model': 1, 'Qwen3RMSNorm': 9}") in out
     assert "after undo: transformers.models.qwen3.modeling_qwen3" in out
-    assert module_globals() == HF
+    assert module_globals() == HF and HF_CAUSAL_LM.forward is HF_CAUSAL_LM_FORWARD
