@@ -94,9 +94,11 @@ FUSION_PARTS = {
     "triton_swiglu": (_ours("rms_norm", "swiglu"), None),
     "triton_liger_swiglu": (_ours("rms_norm"), "swiglu"),
     "fusion_set": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu"), None),
+    "fusion_set_loss": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
+    "fusion_set_loss_compile": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
     "liger_no_loss": (None, ("rope", "rms_norm", "swiglu")),
 }
-COMPILED = {"compile", "triton_compile"}
+COMPILED = {"compile", "triton_compile", "liger_compile", "fusion_set_loss_compile"}
 BASELINE = "eager"  # every step is compared with HF as shipped
 OURS = "triton"
 NORM_KERNEL_NAME = re.compile(r"rms_?norm|dw_reduce", re.IGNORECASE)  # ours, Liger's; Inductor keeps user kernel names
@@ -128,7 +130,7 @@ def _install_patch(contender: str, on_gpu: bool) -> dict:
     """Apply the contender's patch to transformers' modeling_qwen3 (before the model is built)."""
     if contender in ("eager", "compile"):
         return {"norm_class": "Qwen3RMSNorm"}
-    if contender == "liger":
+    if contender in ("liger", "liger_compile"):
         options = _apply_liger(("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy"), on_gpu)
         return {"norm_class": "LigerRMSNorm", "liger_options": options}
     if contender in FUSION_PARTS:

@@ -35,12 +35,21 @@ CONTENDERS = {
     "triton_liger_swiglu": "HF + Triton RMSNorm + Liger SwiGLU",
     "fusion_set": "Triton fusion set (RMSNorm, fused add, QK-norm + RoPE, SwiGLU)",
     "liger_no_loss": "Liger-Kernel (rope, rms_norm, swiglu; HF's loss)",
+    # The whole set with its loss against Liger's full patch, eager and regionally compiled
+    # (experiment step_loss, bench/exp_step_loss.py).
+    "fusion_set_loss": "Triton fusion set + fused linear cross-entropy",
+    "liger_compile": "Liger-Kernel (full Qwen3 patch) + torch.compile",
+    "fusion_set_loss_compile": "Triton fusion set + fused linear cross-entropy + torch.compile",
 }
 STEP_CONTENDERS = ["eager", "torch_rmsnorm", "triton_fwd", "triton", "triton_fused_add", "compile",
                    "triton_compile", "liger"]  # experiment "step"; the rest are step_fusion's
-FUSION_CONTENDERS = [c for c in CONTENDERS if c not in STEP_CONTENDERS]  # step_fusion's
+LOSS_CONTENDERS = ["liger", "fusion_set_loss", "compile", "liger_compile",
+                   "fusion_set_loss_compile"]  # experiment "step_loss"
+FUSION_CONTENDERS = [c for c in CONTENDERS
+                     if c not in STEP_CONTENDERS and c not in LOSS_CONTENDERS]  # step_fusion's
 TIE_RULE = "ci95_disjoint"  # ranked only when the 95 % intervals are disjoint (bench/report/names.py TIE_RULES)
-CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240}  # others: 150 s
+CHILD_TIMEOUT_S = {"compile": 240, "triton_compile": 240, "liger_compile": 240,
+                   "fusion_set_loss_compile": 240}  # others: 150 s
 STEP_DEFINITION = ("zero_grad(set_to_none=True) + forward with labels (loss) + backward; "
                    "no optimizer update")
 

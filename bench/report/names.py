@@ -64,6 +64,9 @@ STEP_LABELS = {
     "triton_liger_swiglu": "生产版 + Liger SwiGLU",
     "fusion_set": "本站整套融合",
     "liger_no_loss": "Liger（不含 loss）",
+    "fusion_set_loss": "本站整套 + 融合 loss",
+    "liger_compile": "Liger（全套补丁）+ torch.compile",
+    "fusion_set_loss_compile": "本站整套 + 融合 loss + torch.compile",
 }
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
 TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm",
