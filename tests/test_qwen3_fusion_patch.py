@@ -393,6 +393,34 @@ def test_untested_loss_code_is_refused_by_name(device, monkeypatch):
     apply_qwen3_fusion(model)()
 
 
+def test_fused_loss_compiles_whole_model_fullgraph(device):
+    """torch.compile of the whole model with the fused loss (fullgraph: no graph break in the
+    rewritten forward), labels with ignore_index: HF's loss and gradients, no logits. CPU:
+    aot_eager (AOTAutograd, the custom op's fake and autograd), the loss part alone; the GPU
+    test below runs inductor with every part."""
+    if device == "cuda":
+        pytest.skip("the GPU runs test_compiled_fusion_set_with_loss_matches_hf")
+    model = tiny_model(device)
+    ids = batch(model, device)
+    labels = ids.clone()
+    labels[:, :5] = -100
+    model.zero_grad(set_to_none=True)
+    expected = model(input_ids=ids, labels=labels).loss
+    expected.backward()
+    expected_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, qk_norm_rope=False,
+                              swiglu=False, loss=True)
+    torch._dynamo.reset()
+    model.zero_grad(set_to_none=True)
+    out = torch.compile(model, backend="aot_eager", fullgraph=True)(input_ids=ids, labels=labels)
+    out.loss.backward()
+    undo()
+    assert out.logits is None
+    torch.testing.assert_close(out.loss, expected, rtol=1e-6, atol=1e-6)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, expected_grads[name], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("way", WAYS)
 def test_bf16_loss_and_grads_stay_close_to_hf(way):  # pragma: gpu only
@@ -431,6 +459,47 @@ def test_regional_compile_is_fullgraph_without_breaks_or_warnings():  # pragma: 
     assert all(g.isfinite().all() for g in grads.values())
     torch.testing.assert_close(loss, eager_loss, rtol=2e-2, atol=2e-2)
     assert layer._compiled_call_impl is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compiled", ["whole", "regional"])
+def test_compiled_fusion_set_with_loss_matches_hf(compiled):  # pragma: gpu only
+    """Every part, the loss included, under inductor: the whole model compiled, or each
+    decoder layer (the loss stays one opaque op). Labels with ignore_index (where Liger's
+    compiled loss goes wrong): the loss and gradients stay close to HF's eager ones, and no
+    warning comes from our code."""
+    import torch._dynamo
+
+    model = tiny_model("cuda", dtype=torch.bfloat16, layers=3, hidden_size=256,
+                       intermediate_size=768, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=64)
+    ids = batch(model, "cuda", (4, 64))
+    labels = ids.clone()
+    labels[:, :20] = -100
+    model.zero_grad(set_to_none=True)
+    expected = model(input_ids=ids, labels=labels).loss
+    expected.backward()
+    expected_grads = {n: p.grad.double() for n, p in model.named_parameters()}
+    undo = apply_qwen3_fusion(model, **ALL)
+    torch._dynamo.reset()
+    model.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if compiled == "whole":
+            run = torch.compile(model, fullgraph=False)
+        else:
+            for layer in model.model.layers:
+                layer.compile(fullgraph=True)
+            run = model
+        out = run(input_ids=ids, labels=labels)
+        out.loss.backward()
+    undo()
+    ours = [w for w in caught if "snippets" in str(w.filename)]
+    assert not ours, [str(w.message) for w in ours]
+    assert out.logits is None
+    assert rel_err(out.loss.detach(), expected.detach()) < 2e-3
+    worst = {n: rel_err(p.grad, expected_grads[n]) for n, p in model.named_parameters()}
+    assert max(worst.values()) < 3e-2, worst
 
 
 def test_the_demo_runs_and_matches_hf(capsys):
