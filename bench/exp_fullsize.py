@@ -19,7 +19,11 @@ Contenders, each in a fresh process (``python -m bench.run_all --worker fullsize
 * ``triton_fused_add``   this site's RMSNorm with the residual adds fused (``snippets/qwen3_fused_add_patch.py``);
 * ``liger_triton``       Liger's full patch with this site's RMSNorm in place of Liger's;
 * ``compile_liger_flce`` regional ``torch.compile`` + Liger's fused linear cross-entropy only;
-* ``quack``              quack's RMSNorm (``quack.rmsnorm.rmsnorm``) patched in for every Qwen3RMSNorm.
+* ``quack``              quack's RMSNorm (``quack.rmsnorm.rmsnorm``) patched in for every Qwen3RMSNorm;
+* ``fusion_set``         this site's set (``snippets/qwen3_fusion_patch.py``: RMSNorm, fused residual add,
+  QK-norm + RoPE, SwiGLU), HF's loss;
+* ``fusion_set_loss``    the set with its fused linear cross-entropy (``apply_qwen3_fusion(loss=True)``);
+* ``fusion_set_loss_compile`` that, with the same regional ``torch.compile``.
 
 Timing: CUDA-synchronised wall time per step, ``timed_steps`` after ``warmup`` steps; the median and its
 95 % interval (bootstrap over the steps: one process per contender, ``bench/harness/stats.py``).
@@ -58,13 +62,20 @@ CONTENDERS = {
     "liger_triton": "Liger full patch, Triton RMSNorm in place of Liger's",
     "compile_liger_flce": "regional torch.compile + Liger fused linear CE",
     "quack": "HF + quack RMSNorm",
+    "fusion_set": "Triton fusion set (RMSNorm, fused add, QK-norm + RoPE, SwiGLU)",
+    "fusion_set_loss": "Triton fusion set + fused linear cross-entropy",
+    "fusion_set_loss_compile": "Triton fusion set + fused linear cross-entropy + regional torch.compile",
 }
-COMPILED = {"compile", "compile_liger_flce"}
-NEEDS_GPU = {"compile", "compile_liger_flce", "liger", "liger_triton", "quack"}
+COMPILED = {"compile", "compile_liger_flce", "fusion_set_loss_compile"}
+NEEDS_GPU = {"compile", "compile_liger_flce", "liger", "liger_triton", "quack", "fusion_set_loss_compile"}
+_SET = ("rms_norm", "fused_add", "qk_norm_rope", "swiglu")
+FUSION_SET = {"fusion_set": dict.fromkeys(_SET, True) | {"loss": False},
+              "fusion_set_loss": dict.fromkeys((*_SET, "loss"), True),
+              "fusion_set_loss_compile": dict.fromkeys((*_SET, "loss"), True)}
 BASELINE = "eager"
 OURS = "triton"
 TIE_RULE = "ci95_disjoint"
-CHILD_TIMEOUT_S = {"compile": 200, "compile_liger_flce": 200}  # others: 130 s
+CHILD_TIMEOUT_S = {"compile": 200, "compile_liger_flce": 200, "fusion_set_loss_compile": 200}  # others: 130 s
 STEP_DEFINITION = ("forward with labels (loss) + backward + AdamW(fused) step + zero_grad(set_to_none=True); "
                    "activation checkpointing on every decoder layer")
 
@@ -138,6 +149,11 @@ def install_patch(contender: str, on_gpu: bool) -> dict:
     if contender == "quack":
         patch_qwen3_rmsnorm(quack_norm_class())
         return {}
+    if contender in FUSION_SET:
+        from qwen3_fusion_patch import apply_qwen3_fusion
+
+        apply_qwen3_fusion(**FUSION_SET[contender])  # this process only ever builds this one model
+        return {"fusion_parts": FUSION_SET[contender]}
     raise ValueError(f"unknown contender {contender!r}")
 
 
