@@ -35,12 +35,31 @@ def batch(model, device, shape=(2, 16), seed=1):
     return torch.randint(0, model.config.vocab_size, shape, generator=gen).to(device)
 
 
-def loss_and_grads(model, ids):
-    """The loss of one step and every parameter's gradient, in fp64."""
+def loss_and_grads(model, ids, labels=None):
+    """The loss of one step (labels: ``ids`` unless given) and every parameter's gradient, in fp64."""
     model.zero_grad(set_to_none=True)
-    loss = model(input_ids=ids, labels=ids).loss
+    loss = model(input_ids=ids, labels=ids if labels is None else labels).loss
     loss.backward()
     return loss.detach().double(), {n: p.grad.double() for n, p in model.named_parameters()}
+
+
+QWEN3_CLASSES = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "Qwen3Attention", "Qwen3MLP")
+
+
+@contextlib.contextmanager
+def qwen3_patches_undone():
+    """Puts back, on exit, what a patch replaced in modeling_qwen3: its classes and
+    Qwen3ForCausalLM.forward (as they were on entry). Yields the classes by name."""
+    import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
+
+    classes = {name: getattr(modeling_qwen3, name) for name in QWEN3_CLASSES}
+    forward = modeling_qwen3.Qwen3ForCausalLM.forward
+    try:
+        yield classes
+    finally:
+        for name, cls in classes.items():
+            setattr(modeling_qwen3, name, cls)
+        modeling_qwen3.Qwen3ForCausalLM.forward = forward
 
 
 def fp64_reference(x, w, eps, dy):

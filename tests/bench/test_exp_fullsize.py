@@ -49,22 +49,16 @@ def test_quick_run(quick_fullsize, on_gpu):
 
 @pytest.mark.parametrize("contender", ["fusion_set", "fusion_set_loss"])
 def test_fusion_set_contenders_patch_every_part(contender):
-    import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
     from transformers import Qwen3ForCausalLM
 
+    from helpers import qwen3_patches_undone
     from qwen3_configs import tiny_qwen3_config
-    from qwen3_fusion_patch import HF_CAUSAL_LM, HF_CAUSAL_LM_FORWARD, fused_loss_forward
+    from qwen3_fusion_patch import HF_CAUSAL_LM, fused_loss_forward
 
-    names = ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "Qwen3Attention", "Qwen3MLP")
-    hf = {name: getattr(modeling_qwen3, name) for name in names}
-    try:
+    with qwen3_patches_undone():
         info = exp_fullsize.install_patch(contender, on_gpu=False)
         layer = Qwen3ForCausalLM(tiny_qwen3_config()).model.layers[0]
         assert type(layer).__module__ == "qwen3_fused_add_patch"
         assert type(layer.self_attn).__module__ == type(layer.mlp).__module__ == "qwen3_fusion_patch"
         assert (HF_CAUSAL_LM.forward is fused_loss_forward) == (contender == "fusion_set_loss")
         assert info["fusion_parts"]["loss"] == (contender == "fusion_set_loss")
-    finally:
-        for name, cls in hf.items():
-            setattr(modeling_qwen3, name, cls)
-        HF_CAUSAL_LM.forward = HF_CAUSAL_LM_FORWARD

@@ -10,17 +10,13 @@ from transformers import Qwen3ForCausalLM
 from bench import exp_step, exp_step_fusion
 from bench.harness import step_runs
 from bench.harness.training import ContenderSkipped
+from helpers import QWEN3_CLASSES, qwen3_patches_undone
 from qwen3_configs import tiny_qwen3_config
-
-HF = {name: getattr(modeling_qwen3, name) for name in
-      ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "Qwen3Attention", "Qwen3MLP")}
-
 
 @pytest.fixture(autouse=True)
 def restore_hf():
-    yield
-    for name, cls in HF.items():
-        setattr(modeling_qwen3, name, cls)
+    with qwen3_patches_undone() as classes:
+        yield classes
 
 
 @pytest.mark.parametrize("contender, attention, mlp, norm", [
@@ -39,10 +35,10 @@ def test_our_tiers_build_the_modules_they_name(contender, attention, mlp, norm):
 
 
 @pytest.mark.parametrize("contender", ["triton_liger_rope", "triton_liger_swiglu", "liger_no_loss"])
-def test_liger_tiers_are_skipped_off_the_gpu_and_change_nothing(contender):
+def test_liger_tiers_are_skipped_off_the_gpu_and_change_nothing(contender, restore_hf):
     with pytest.raises(ContenderSkipped):
         exp_step._install_patch(contender, on_gpu=False)
-    assert {name: getattr(modeling_qwen3, name) for name in HF} == HF
+    assert {name: getattr(modeling_qwen3, name) for name in QWEN3_CLASSES} == restore_hf
 
 
 def test_every_contender_and_pair_is_a_step_contender():

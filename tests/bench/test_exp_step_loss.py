@@ -10,19 +10,14 @@ from transformers import Qwen3ForCausalLM
 from bench import exp_step, exp_step_fusion, exp_step_loss
 from bench.harness import step_runs
 from bench.harness.training import ContenderSkipped
+from helpers import QWEN3_CLASSES, qwen3_patches_undone
 from qwen3_configs import tiny_qwen3_config
 from qwen3_fusion_patch import HF_CAUSAL_LM, HF_CAUSAL_LM_FORWARD, fused_loss_forward
 
-HF = {name: getattr(modeling_qwen3, name) for name in
-      ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "Qwen3Attention", "Qwen3MLP")}
-
-
 @pytest.fixture(autouse=True)
 def restore_hf():
-    yield
-    for name, cls in HF.items():
-        setattr(modeling_qwen3, name, cls)
-    HF_CAUSAL_LM.forward = HF_CAUSAL_LM_FORWARD
+    with qwen3_patches_undone() as classes:
+        yield classes
 
 
 @pytest.mark.parametrize("contender", ["fusion_set_loss", "fusion_set_loss_compile"])
@@ -39,10 +34,10 @@ def test_our_set_with_its_loss_builds_every_part(contender):
 
 
 @pytest.mark.parametrize("contender", ["liger", "liger_compile"])
-def test_liger_contenders_are_skipped_off_the_gpu_and_change_nothing(contender):
+def test_liger_contenders_are_skipped_off_the_gpu_and_change_nothing(contender, restore_hf):
     with pytest.raises(ContenderSkipped):
         exp_step._install_patch(contender, on_gpu=False)
-    assert {name: getattr(modeling_qwen3, name) for name in HF} == HF
+    assert {name: getattr(modeling_qwen3, name) for name in QWEN3_CLASSES} == restore_hf
     assert HF_CAUSAL_LM.forward is HF_CAUSAL_LM_FORWARD
 
 
