@@ -410,7 +410,8 @@ def run(args) -> dict:
     config = {"dtype": "bfloat16", **{key: first[key] for key in ("tokens", "batch", "seq", "vocab")},
               "ignore_index": IGNORE_INDEX, "labels": LABELS, "logit_std": LOGIT_STD,
               "contenders": names, "peers": list(PEERS), "gpu_only": list(GPU_ONLY), "ours": "ours",
-              "baseline": "hf_eager", "chunk_sweep": list(QUICK_CHUNK_SWEEP if quick else CHUNK_SWEEP),
+              "baseline": "hf_eager", "tie_rule": "fusion_2pct",
+              "chunk_sweep": list(QUICK_CHUNK_SWEEP if quick else CHUNK_SWEEP),
               "torch_chunked_options": repr(torch_options()), "reference": REFERENCE,
               "budget_s": budget_s, "versions": versions(),
               "timer": (f"eager calls, triton.testing.do_bench (L2 flushed before each call; warmup {WARMUP_MS} ms, "

@@ -68,6 +68,9 @@ STEP_LABELS = {
     "liger_compile": "Liger（全套补丁）+ torch.compile",
     "fusion_set_loss_compile": "本站整套 + 融合 loss + torch.compile",
 }
+# The fused loss's contenders (loss): lm_head + causal-LM cross-entropy.
+LOSS_LABELS = {"hf_eager": "HF eager", "compile": "torch.compile", "liger": "Liger", "liger_compile": "Liger + compile",
+               "cce": "Cut CE", "torch_chunked": "F.linear_cross_entropy", "ours": "本站"}
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
 TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm",
                    "triton_fused_add": "融合残差加 + RMSNorm"}

@@ -36,6 +36,7 @@ quick_loss_curve = _session_run("loss_curve")
 quick_p1_roofline = _session_run("p1_roofline")
 quick_p1_compile = _session_run("p1_compile")
 quick_fusion = _session_run("fusion")
+quick_loss = _session_run("loss")
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +70,13 @@ def _quick_run_with(name: str, variable: str, contenders: str, tmp_path_factory)
 @pytest.fixture(scope="session")
 def quick_step(tmp_path_factory):
     return _quick_run_with("step", "BENCH_STEP_CONTENDERS", QUICK_STEP_CONTENDERS, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def quick_step_loss(tmp_path_factory):
+    """The set with its fused loss (the whole patch, in a step) and Liger under compile (GPU only: skipped)."""
+    return _quick_run_with("step_loss", "BENCH_STEP_CONTENDERS", "fusion_set_loss,liger_compile",
+                           tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

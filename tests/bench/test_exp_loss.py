@@ -9,17 +9,10 @@ import torch.nn.functional as F
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from bench import exp_loss
-from bench_fixtures import quick_run
 from qwen3_configs import QWEN3_SIZES
 
 # bf16 against the fp32 reference: a loss returned in bf16 (torch_chunked) is rounded to 2^-9 relative.
 LOSS_RTOL, GRAD_NORM_RTOL, GRAD_MAX_RTOL = 4e-3, 2e-2, 3e-2
-
-
-@pytest.fixture(scope="module")
-def quick_loss(tmp_path_factory):
-    """The --quick run, saved and read back as ``python -m bench.run_all loss --quick`` saves it."""
-    return quick_run("loss", tmp_path_factory.mktemp("quick_loss"))
 
 
 def torch_has_chunked() -> bool:

@@ -1,0 +1,144 @@
+"""loss.json -> the fused loss's tables: lm_head + causal-LM cross-entropy, every contender side by side.
+
+* ``loss_table.md``: at the 8-layer step's shape (the run's first), a row per contender that ran: forward +
+  backward in ms, its time ÷ ours (above 1: ours is faster), peak memory above the inputs, and how far its
+  loss and its weight gradient are from the fp32 reference. The caption names the contenders that did not
+  run, with why.
+* ``loss_sizes.md``: a row per Qwen3 hidden size: ours' forward + backward in ms, and each peer's time ÷ ours.
+* ``loss_chunks.md``: ours at each chunk size of the sweep, at the step's shape: time, peak memory and the
+  chunk's logits buffer.
+* ``loss_targets.md``: the targets of issue "the fusion set, part 2", each met or missed, from the step's
+  shape: time <= every peer's (level within the run's tie rule counts as met), peak memory <= Liger's and
+  within 10 % of Cut Cross-Entropy's; and every contender whose loss is off the reference by more than 1 %.
+"""
+from __future__ import annotations
+
+from bench.report import prose, tables
+from bench.report.names import LOSS_LABELS, tie
+
+NAME = "loss"
+PHASE = "fwd_bwd"
+WRONG_LOSS = 0.01  # a loss this far (relative) from the fp32 reference is wrong, not rounded
+CCE_MEMORY_SLACK = 1.10  # the target: peak memory within 10 % of Cut Cross-Entropy's
+
+
+def label(name: str) -> str:
+    if name.startswith("ours_c"):
+        return f"本站（chunk {name[len('ours_c'):]}）"
+    return LOSS_LABELS.get(name, name)
+
+
+def gib(nbytes) -> str:
+    return "—" if nbytes is None else f"{nbytes / 2**30:.2f}"
+
+
+def step_shape(data) -> dict:
+    return data["results"]["shapes"][0]
+
+
+def timed(entry) -> dict:
+    return entry[PHASE]
+
+
+def why_not(reason: str) -> str:
+    if reason.startswith("ModuleNotFoundError"):
+        return "未安装"
+    if "GPU only" in reason or "has no" in reason:
+        return "只在 GPU 上运行" if "GPU only" in reason else "此版 torch 没有"
+    return reason[:60]
+
+
+def skipped_caption(data) -> str:
+    reasons = data["results"]["skipped"]
+    if not reasons:
+        return ""
+    return "没有运行：" + "；".join(f"{label(n)}（{why_not(r)}）" for n, r in reasons.items())
+
+
+def table(data) -> str:
+    entry, cfg = step_shape(data), data["config"]
+    times = timed(entry)
+    ours = times[cfg["ours"]]["median_us"]
+    order = [n for n in [*cfg["peers"], cfg["ours"]] if n in times]
+    f = tables.fmt
+    body = [[label(n), f(times[n]["median_us"] / 1e3), prose.times(times[n]["median_us"] / ours),
+             gib(times[n]["peak_bytes"]), f"{times[n]['loss_rel_err']:.1e}",
+             f"{times[n]['grad_weight']['norm_err']:.1e}"] for n in order]
+    headers = ["实现", "fwd+bwd ms", "÷ 本站", "峰值 GiB", "loss 误差", "dW 误差"]
+    parts = [f"{entry['label']}，{cfg['tokens']:,} 个 token，词表 {cfg['vocab']:,}",
+             tables.dtype_short(cfg["dtype"]), "峰值为调用期间超出输入的显存（含输出的梯度）",
+             "误差相对 fp32 参考（loss 为相对误差，dW 为范数相对误差）", skipped_caption(data)]
+    return prose.page(tables.md_table(headers, body), "，".join(p for p in parts if p) + "。")
+
+
+def sizes_table(data) -> str:
+    cfg = data["config"]
+    peers = [n for n in cfg["peers"] if any(n in timed(e) for e in data["results"]["shapes"])]
+    body = []
+    for entry in data["results"]["shapes"]:
+        times = timed(entry)
+        if cfg["ours"] not in times:
+            continue
+        ours = times[cfg["ours"]]["median_us"]
+        models = entry.get("models") or ""
+        body.append([f"{entry['label']}（{models}）" if models else entry["label"], tables.fmt(ours / 1e3),
+                     *(prose.times(times[n]["median_us"] / ours) if n in times else "—" for n in peers)])
+    headers = ["形状（Qwen3）", "本站 ms", *(f"{label(n)} ÷ 本站" for n in peers)]
+    return prose.page(tables.md_table(headers, body), "forward + backward；比值大于 1 表示本站更快。")
+
+
+def chunks_table(data) -> str:
+    entry, cfg = step_shape(data), data["config"]
+    times = timed(entry)
+    body = [[f"{chunk:,}", tables.fmt(times[f"ours_c{chunk}"]["median_us"] / 1e3),
+             gib(times[f"ours_c{chunk}"]["peak_bytes"]), f"{chunk * cfg['vocab'] * 2 / 2**20:,.0f}"]
+            for chunk in cfg["chunk_sweep"] if f"ours_c{chunk}" in times]
+    default = entry["ours_config"]["chunk_tokens"]
+    return prose.page(tables.md_table(["chunk（token）", "fwd+bwd ms", "峰值 GiB", "logits 缓冲 MiB"], body),
+                      f"{entry['label']}；默认 chunk 为 {default:,} 个 token。")
+
+
+def targets(data) -> dict:
+    """name -> met (True / False), with the two memory targets; None where a side did not run."""
+    entry, cfg = step_shape(data), data["config"]
+    times = timed(entry)
+    ours = times[cfg["ours"]]
+    out = {}
+    for name in cfg["peers"]:
+        if name in times:
+            out[f"time:{name}"] = ours["median_us"] <= times[name]["median_us"] * (1 + tie(cfg))
+    for name, slack in (("liger", 1.0), ("cce", CCE_MEMORY_SLACK)):
+        theirs = times.get(name, {}).get("peak_bytes")
+        out[f"memory:{name}"] = None if theirs is None or ours["peak_bytes"] is None \
+            else ours["peak_bytes"] <= slack * theirs
+    return out
+
+
+def wrong_losses(data) -> list[str]:
+    """'Liger + compile 在 H=4096 的 loss 是 5728.5（参考 12.75）' for every loss off the reference."""
+    out = []
+    for entry in data["results"]["shapes"]:
+        for phase in ("fwd", "fwd_bwd"):
+            for name, stats in entry[phase].items():
+                if stats["loss_rel_err"] > WRONG_LOSS:
+                    where = "forward" if phase == "fwd" else "forward + backward"
+                    said = prose.glue(label(name), f"在 {entry['label']} 的 loss 是 {stats['loss']}")
+                    out.append(f"{said}（参考 {entry['reference']['loss']:.4g}，{where}）")
+    return sorted(set(out))
+
+
+def targets_text(data) -> str:
+    met = targets(data)
+    word = {True: "达到", False: "未达到", None: "未比较（有一方没有运行）"}
+    times = [f"{label(k.split(':')[1])}：{word[v]}" for k, v in met.items() if k.startswith("time:")]
+    lines = [f"- 时间不超过每个对手：{'；'.join(times)}。",
+             f"- 峰值显存不超过 Liger：{word[met['memory:liger']]}；在 Cut Cross-Entropy 的 1.1 倍以内："
+             f"{word[met['memory:cce']]}。"]
+    wrong = wrong_losses(data)
+    lines.append("- loss 偏离 fp32 参考超过 1% 的：" + ("；".join(wrong) if wrong else "没有") + "。")
+    return "\n".join(lines) + "\n"
+
+
+def render(data: dict) -> dict[str, str]:
+    return {"loss_table.md": table(data), "loss_sizes.md": sizes_table(data), "loss_chunks.md": chunks_table(data),
+            "loss_targets.md": targets_text(data)}
