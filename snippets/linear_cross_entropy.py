@@ -31,6 +31,9 @@ What is HF's, what differs:
   bf16 W the chunked sum carries a little more rounding (the tests bound it).
 * Tied weights (Qwen3-0.6B, 1.7B, 4B tie lm_head to embed_tokens): d_W is this
   op's gradient of its weight input, which autograd adds to the embedding's.
+* Memory: one chunk of logits (C x V, in place of B x T x V), the row losses, and
+  the two gradients, which the op writes in the forward and autograd then hands
+  on (d_W: V x H, as any lm_head's backward makes it).
 * Deterministic: fixed chunks, one program per row, no atomics.
 * Under torch.compile the op is one opaque custom op (``torch.library``): the
   compiler neither traces the chunk loop nor reorders its in-place updates.

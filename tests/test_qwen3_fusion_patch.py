@@ -25,6 +25,8 @@ HF = {"Qwen3RMSNorm": HF_NORM, "Qwen3DecoderLayer": HF_LAYER, "Qwen3Model": HF_M
       "Qwen3Attention": HF_ATTENTION, "Qwen3MLP": HF_MLP}
 WAYS = ("apply", "patch")
 ALL = dict(rms_norm=True, fused_add=True, qk_norm_rope=True, swiglu=True, loss=True)
+# The loss part alone: its tests check HF's loss semantics, with HF's layers (no interpreted kernels).
+LOSS_ONLY = dict(rms_norm=False, fused_add=False, qk_norm_rope=False, swiglu=False, loss=True)
 
 
 @pytest.fixture(autouse=True)
@@ -281,10 +283,10 @@ def test_clear_errors_for_what_it_cannot_fuse(device):
 
 
 def hf_and_fused_outputs(model, way, **call):
-    """HF's output, then the fused model's, for one call (no_grad)."""
+    """HF's output, then the fused loss's (the loss part alone), for one call (no_grad)."""
     with torch.no_grad():
         expected = model(**call)
-        fused_model, undo = fused(model, way)
+        fused_model, undo = fused(model, way, **LOSS_ONLY)
         got = fused_model(**call)
     undo()
     return expected, got
@@ -340,7 +342,7 @@ def test_tied_embeddings_get_both_gradients(device, way):
     assert model.lm_head.weight is model.model.embed_tokens.weight
     ids = batch(model, device)
     ref_loss, ref_grads = loss_and_grads(model, ids)
-    fused_model, undo = fused(model, way)
+    fused_model, undo = fused(model, way, **LOSS_ONLY)
     assert fused_model.lm_head.weight is fused_model.model.embed_tokens.weight
     loss, grads = loss_and_grads(fused_model, ids)
     undo()
@@ -370,8 +372,7 @@ def test_fused_loss_refuses_what_it_does_not_compute(device):
     HF_CAUSAL_LM.forward = HF_CAUSAL_LM_FORWARD
 
     ids = batch(model, device)
-    undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, qk_norm_rope=False,
-                              swiglu=False, loss=True)
+    undo = apply_qwen3_fusion(model, **LOSS_ONLY)
     model._loss_function = lambda **kwargs: torch.tensor(0.0)
     with pytest.raises(ValueError, match="ForCausalLMLoss"):
         model(input_ids=ids, labels=ids)
@@ -405,8 +406,7 @@ def test_fused_loss_compiles_whole_model_fullgraph(device):
     labels = ids.clone()
     labels[:, :5] = -100
     expected, expected_grads = loss_and_grads(model, ids, labels)
-    undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, qk_norm_rope=False,
-                              swiglu=False, loss=True)
+    undo = apply_qwen3_fusion(model, **LOSS_ONLY)
     torch._dynamo.reset()
     model.zero_grad(set_to_none=True)
     out = torch.compile(model, backend="aot_eager", fullgraph=True)(input_ids=ids, labels=labels)
