@@ -74,9 +74,8 @@ def quick_step(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def quick_step_loss(tmp_path_factory):
-    """The set with its fused loss (the whole patch, in a step) and Liger under compile (GPU only: skipped)."""
-    return _quick_run_with("step_loss", "BENCH_STEP_CONTENDERS", "fusion_set_loss,liger_compile",
-                           tmp_path_factory)
+    """The set with its fused loss: the whole patch, in a step (the others are GPU only)."""
+    return _quick_run_with("step_loss", "BENCH_STEP_CONTENDERS", "fusion_set_loss", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
