@@ -187,6 +187,15 @@ def check_inputs(hidden, weight, targets, divisor=None) -> None:
                          f"{divisor.device}")
 
 
+def _outputs(hidden, weight, grad_hidden_needed, grad_weight_needed, n_rows):
+    """Row losses (fp32; fp64 for fp64 inputs) and the two gradients (empty where
+    not needed): allocated alike by the op and by its fake for torch.compile."""
+    stats = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    return (torch.empty(n_rows, dtype=stats, device=hidden.device),
+            torch.empty_like(hidden) if grad_hidden_needed else hidden.new_empty(0),
+            torch.empty_like(weight) if grad_weight_needed else weight.new_empty(0))
+
+
 # --8<-- [start:forward]
 @torch.library.custom_op("qwen3_fusion::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy_op(
@@ -196,7 +205,9 @@ def _linear_cross_entropy_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, d_loss/d_hidden, d_loss/d_weight); a gradient not needed is empty."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
-    stats = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    row_loss, grad_hidden, grad_weight = _outputs(hidden, weight, grad_hidden_needed,
+                                                  grad_weight_needed, n_tokens)
+    stats = row_loss.dtype
     counted = targets != ignore_index
     in_range = (targets >= 0) & (targets < vocab)
     torch._assert_async((in_range | ~counted).all(), "linear_cross_entropy: a target "
@@ -204,11 +215,6 @@ def _linear_cross_entropy_op(
     divisor = counted.sum().to(stats) if divisor is None else divisor.to(stats)
     scale = divisor.reciprocal()
 
-    row_loss = torch.empty(n_tokens, dtype=stats, device=hidden.device)
-    grad_hidden = (torch.empty_like(hidden) if grad_hidden_needed
-                   else hidden.new_empty(0))
-    grad_weight = (torch.empty_like(weight) if grad_weight_needed
-                   else weight.new_empty(0))
     write_grad = grad_hidden_needed or grad_weight_needed
     logits_buffer = hidden.new_empty(min(chunk_tokens, n_tokens), vocab)
     with torch.autocast(hidden.device.type, enabled=False):  # the dtype given, always
@@ -235,10 +241,9 @@ def _linear_cross_entropy_op(
 @_linear_cross_entropy_op.register_fake
 def _(hidden, weight, targets, divisor, ignore_index, chunk_tokens, block, num_warps,
       grad_hidden_needed, grad_weight_needed):
-    stats = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-    return (hidden.new_empty((), dtype=stats),
-            torch.empty_like(hidden) if grad_hidden_needed else hidden.new_empty(0),
-            torch.empty_like(weight) if grad_weight_needed else weight.new_empty(0))
+    loss, grad_hidden, grad_weight = _outputs(hidden, weight, grad_hidden_needed,
+                                              grad_weight_needed, 0)
+    return loss.new_empty(()), grad_hidden, grad_weight
 
 
 # --8<-- [start:autograd]
