@@ -179,6 +179,15 @@ class Qwen3ForCausalLM(HF_CAUSAL_LM):
     forward = fused_loss_forward
 
 
+def check_causal_lm_forward() -> None:
+    """Refuse a Qwen3ForCausalLM.forward that another patch (Liger's, say) replaced."""
+    forward = HF_CAUSAL_LM.forward
+    if forward is not HF_CAUSAL_LM_FORWARD:
+        raise RuntimeError(f"Qwen3ForCausalLM.forward is already {forward.__module__}."
+                           f"{forward.__qualname__}, not transformers' own: undo the "
+                           "other patch first")
+
+
 def check_lm_head(model) -> None:
     """The fused loss computes ForCausalLMLoss with lm_head's whole weight and no
     bias: refuse anything else, with what to do instead."""
@@ -275,11 +284,7 @@ def _patch_classes(parts, undos) -> None:
     if parts["loss"]:
         # The causal LM class is what callers hold (AutoModelForCausalLM resolves
         # it too): its forward is replaced on HF's class itself.
-        if HF_CAUSAL_LM.forward is not HF_CAUSAL_LM_FORWARD:
-            raise RuntimeError("Qwen3ForCausalLM.forward is already "
-                               f"{HF_CAUSAL_LM.forward.__module__}."
-                               f"{HF_CAUSAL_LM.forward.__qualname__}, not "
-                               "transformers' own: undo the other patch first")
+        check_causal_lm_forward()
         HF_CAUSAL_LM.forward = fused_loss_forward
         undos.append(lambda: setattr(HF_CAUSAL_LM, "forward", HF_CAUSAL_LM_FORWARD))
 
@@ -308,9 +313,7 @@ def _convert_in_place(model, parts, undos) -> None:
         if not heads:
             raise ValueError(f"the fused loss replaces Qwen3ForCausalLM's forward; "
                              f"{type(model).__name__} holds none: use loss=False")
-        if HF_CAUSAL_LM.forward is not HF_CAUSAL_LM_FORWARD:
-            raise RuntimeError("Qwen3ForCausalLM.forward is patched already (by "
-                               f"{HF_CAUSAL_LM.forward.__module__}): undo that first")
+        check_causal_lm_forward()
         for head in heads:
             check_lm_head(head)
     if parts["fused_add"]:
