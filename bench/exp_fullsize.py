@@ -45,8 +45,8 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench.harness import mode, stats
-from bench.harness.training import (ContenderSkipped, build_config, norm_class, run_contender_process,
-                                    write_child_record)
+from bench.harness.training import (ContenderSkipped, build_config, fusion_parts, norm_class,
+                                    run_contender_process, write_child_record)
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
@@ -69,9 +69,8 @@ CONTENDERS = {
 COMPILED = {"compile", "compile_liger_flce", "fusion_set_loss_compile"}
 NEEDS_GPU = {"compile", "compile_liger_flce", "liger", "liger_triton", "quack", "fusion_set_loss_compile"}
 _SET = ("rms_norm", "fused_add", "qk_norm_rope", "swiglu")
-FUSION_SET = {"fusion_set": dict.fromkeys(_SET, True) | {"loss": False},
-              "fusion_set_loss": dict.fromkeys((*_SET, "loss"), True),
-              "fusion_set_loss_compile": dict.fromkeys((*_SET, "loss"), True)}
+FUSION_SET = {"fusion_set": fusion_parts(*_SET), "fusion_set_loss": fusion_parts(*_SET, "loss"),
+              "fusion_set_loss_compile": fusion_parts(*_SET, "loss")}
 BASELINE = "eager"
 OURS = "triton"
 TIE_RULE = "ci95_disjoint"

@@ -74,7 +74,7 @@ from transformers import Qwen3ForCausalLM
 
 from bench.harness import mode, stats, timers
 from bench.harness.step_runs import CONTENDERS, STEP_CONTENDERS, resolution, run_rounds, step_config
-from bench.harness.training import (ContenderSkipped, build_config, norm_class,
+from bench.harness.training import (ContenderSkipped, build_config, fusion_parts, norm_class,
                                     write_child_record)
 from qwen3_configs import rmsnorm_count
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
@@ -84,18 +84,14 @@ from rmsnorm_triton import TritonQwen3RMSNorm, TritonQwen3RMSNormFwdOnly
 NAME = "step"
 
 # Which parts of snippets/qwen3_fusion_patch.py and of Liger's Qwen3 patch each contender applies.
-def _ours(*parts):
-    return {part: part in parts for part in ("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss")}
-
-
 FUSION_PARTS = {
-    "triton_qk_rope": (_ours("rms_norm", "qk_norm_rope"), None),
-    "triton_liger_rope": (_ours("rms_norm"), "rope"),
-    "triton_swiglu": (_ours("rms_norm", "swiglu"), None),
-    "triton_liger_swiglu": (_ours("rms_norm"), "swiglu"),
-    "fusion_set": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu"), None),
-    "fusion_set_loss": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
-    "fusion_set_loss_compile": (_ours("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
+    "triton_qk_rope": (fusion_parts("rms_norm", "qk_norm_rope"), None),
+    "triton_liger_rope": (fusion_parts("rms_norm"), "rope"),
+    "triton_swiglu": (fusion_parts("rms_norm", "swiglu"), None),
+    "triton_liger_swiglu": (fusion_parts("rms_norm"), "swiglu"),
+    "fusion_set": (fusion_parts("rms_norm", "fused_add", "qk_norm_rope", "swiglu"), None),
+    "fusion_set_loss": (fusion_parts("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
+    "fusion_set_loss_compile": (fusion_parts("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss"), None),
     "liger_no_loss": (None, ("rope", "rms_norm", "swiglu")),
 }
 COMPILED = {"compile", "triton_compile", "liger_compile", "fusion_set_loss_compile"}

@@ -59,6 +59,17 @@ def run_contender_process(experiment: str, contender: str, label: str, out: path
     return record
 
 
+FUSION_SET_PARTS = ("rms_norm", "fused_add", "qk_norm_rope", "swiglu", "loss")  # apply_qwen3_fusion's
+
+
+def fusion_parts(*parts: str) -> dict:
+    """apply_qwen3_fusion's keyword arguments with only ``parts`` on (snippets/qwen3_fusion_patch.py)."""
+    unknown = set(parts) - set(FUSION_SET_PARTS)
+    if unknown:
+        raise ValueError(f"unknown fusion parts {sorted(unknown)}")
+    return {part: part in parts for part in FUSION_SET_PARTS}
+
+
 class ContenderSkipped(Exception):
     """The contender cannot run in this environment; the reason is recorded, not raised."""
 

@@ -164,3 +164,17 @@ def test_compile_only_replaces_the_launched_kernels_and_leaves_the_helpers():
     helpers = [n for n, v in vars(copy).items() if isinstance(v, triton.runtime.jit.KernelInterface)]
     assert helpers and all(n.startswith("_") for n in helpers)  # what is left jitted: the helpers only
     assert not isinstance(rmsnorm_triton.rms_norm_fwd_kernel, CompileOnly)  # the real module is untouched
+
+
+def test_fusion_parts_are_apply_qwen3_fusions_switches():
+    import inspect
+
+    from bench.harness.training import FUSION_SET_PARTS, fusion_parts
+    from qwen3_fusion_patch import apply_qwen3_fusion
+
+    switches = [n for n, p in inspect.signature(apply_qwen3_fusion).parameters.items()
+                if p.kind is p.KEYWORD_ONLY]
+    assert list(FUSION_SET_PARTS) == switches
+    assert fusion_parts("swiglu") == {n: n == "swiglu" for n in switches}
+    with pytest.raises(ValueError, match="unknown fusion parts"):
+        fusion_parts("rope")
