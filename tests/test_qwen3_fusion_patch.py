@@ -403,19 +403,34 @@ def test_fused_loss_compiles_whole_model_fullgraph(device):
         pytest.skip("the GPU runs test_compiled_fusion_set_with_loss_matches_hf")
     model = tiny_model(device)
     ids = batch(model, device)
-    labels = ids.clone()
-    labels[:, :5] = -100
-    expected, expected_grads = loss_and_grads(model, ids, labels)
-    undo = apply_qwen3_fusion(model, **LOSS_ONLY)
-    torch._dynamo.reset()
-    model.zero_grad(set_to_none=True)
-    out = torch.compile(model, backend="aot_eager", fullgraph=True)(input_ids=ids, labels=labels)
-    out.loss.backward()
-    undo()
+    out, expected, expected_grads, ours = compiled_against_hf(
+        model, ids, 5, LOSS_ONLY, lambda m: torch.compile(m, backend="aot_eager", fullgraph=True))
+    assert not ours, [str(w.message) for w in ours]
     assert out.logits is None
     assert rel_err(out.loss.detach(), expected) < 1e-6
     worst = {n: rel_err(p.grad, expected_grads[n]) for n, p in model.named_parameters()}
     assert max(worst.values()) < 1e-5, worst
+
+
+def compiled_against_hf(model, ids, prompt, parts, compile_model):
+    """HF's eager loss and fp64 gradients with the first ``prompt`` labels of each row
+    ignored, then the model fused with ``parts`` and run through ``compile_model(model)``
+    (forward and backward; undone after). Returns (output, HF's loss, HF's gradients, the
+    warnings raised from our code)."""
+    labels = ids.clone()
+    labels[:, :prompt] = -100
+    expected, expected_grads = loss_and_grads(model, ids, labels)
+    undo = apply_qwen3_fusion(model, **parts)
+    torch._dynamo.reset()
+    model.zero_grad(set_to_none=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = compile_model(model)(input_ids=ids, labels=labels)
+            out.loss.backward()
+    finally:
+        undo()
+    return out, expected, expected_grads, [w for w in caught if "snippets" in str(w.filename)]
 
 
 @pytest.mark.gpu
@@ -465,30 +480,19 @@ def test_compiled_fusion_set_with_loss_matches_hf(compiled):  # pragma: gpu only
     decoder layer (the loss stays one opaque op). Labels with ignore_index (where Liger's
     compiled loss goes wrong): the loss and gradients stay close to HF's eager ones, and no
     warning comes from our code."""
-    import torch._dynamo
-
     model = tiny_model("cuda", dtype=torch.bfloat16, layers=3, hidden_size=256,
                        intermediate_size=768, num_attention_heads=4, num_key_value_heads=2,
                        head_dim=64)
     ids = batch(model, "cuda", (4, 64))
-    labels = ids.clone()
-    labels[:, :20] = -100
-    expected, expected_grads = loss_and_grads(model, ids, labels)
-    undo = apply_qwen3_fusion(model, **ALL)
-    torch._dynamo.reset()
-    model.zero_grad(set_to_none=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+
+    def compile_model(model):
         if compiled == "whole":
-            run = torch.compile(model, fullgraph=False)
-        else:
-            for layer in model.model.layers:
-                layer.compile(fullgraph=True)
-            run = model
-        out = run(input_ids=ids, labels=labels)
-        out.loss.backward()
-    undo()
-    ours = [w for w in caught if "snippets" in str(w.filename)]
+            return torch.compile(model, fullgraph=False)
+        for layer in model.model.layers:
+            layer.compile(fullgraph=True)
+        return model
+
+    out, expected, expected_grads, ours = compiled_against_hf(model, ids, 20, ALL, compile_model)
     assert not ours, [str(w.message) for w in ours]
     assert out.logits is None
     assert rel_err(out.loss.detach(), expected) < 2e-3
