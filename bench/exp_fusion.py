@@ -57,24 +57,14 @@ import torch
 from bench.harness import mode
 from bench.harness.contenders import QK_ROPE, QKV, SWIGLU, qk_rope_contenders, qkv_contenders, swiglu_contenders
 from bench.harness.op_timing import add_gbps, large_copy, shape_entry, time_phases
-from bench.harness.shapes import BENCH_BATCH, BENCH_SEQ_LEN, BENCH_TOKENS
+from bench.harness.shapes import BENCH_BATCH, BENCH_SEQ_LEN, BENCH_TOKENS, sizes_with
 from bench.harness.timers import device_kernel_names
-from qwen3_configs import HEAD_DIM, KV_HEADS, QWEN3_SIZES
+from qwen3_configs import HEAD_DIM, KV_HEADS
 
 NAME = "fusion"
 DTYPE = torch.bfloat16
 EPS = 1e-6
 ELEM = 2  # bytes of a bf16 value
-
-
-def _sizes_with(*index: int) -> dict:
-    """{value of field ``index`` of QWEN3_SIZES (a tuple of values for several fields): 'sizes that have it'}:
-    one shape per distinct value."""
-    out: dict = {}
-    for size, fields in QWEN3_SIZES.items():
-        key = fields[index[0]] if len(index) == 1 else tuple(fields[i] for i in index)
-        out.setdefault(key, []).append(size)
-    return {value: "、".join(sizes) for value, sizes in out.items()}
 
 
 def qk_rope_shape(batch, seq, q_heads, kv_heads=KV_HEADS, head_dim=HEAD_DIM, models=""):
@@ -96,14 +86,14 @@ def qkv_shape(tokens, hidden, q_heads, kv_heads=KV_HEADS, head_dim=HEAD_DIM, mod
 KERNELS = {
     "qk_rope": {"contenders": list(QK_ROPE), "ours": "triton_qk_rope",
                 "shapes": [qk_rope_shape(BENCH_BATCH, BENCH_SEQ_LEN, heads, models=models)
-                           for heads, models in _sizes_with(3).items()],
+                           for heads, models in sizes_with(3).items()],
                 "quick": [qk_rope_shape(2, 8, 4, 2, 32)]},
     "swiglu": {"contenders": list(SWIGLU), "ours": "triton_swiglu",
-               "shapes": [swiglu_shape(BENCH_TOKENS, width, models) for width, models in _sizes_with(1).items()],
+               "shapes": [swiglu_shape(BENCH_TOKENS, width, models) for width, models in sizes_with(1).items()],
                "quick": [swiglu_shape(16, 300)]},
     "qkv": {"contenders": list(QKV), "baseline": "three_gemms", "merged": "merged_gemm",
             "shapes": [qkv_shape(BENCH_TOKENS, hidden, heads, models=models)
-                       for (hidden, heads), models in _sizes_with(0, 3).items()],
+                       for (hidden, heads), models in sizes_with(0, 3).items()],
             "quick": [qkv_shape(16, 64, 4, 2, 16)]},
 }
 GEMM_KERNELS = ("qkv",)  # timed in TFLOP/s, with no copy ceiling

@@ -82,7 +82,7 @@ from bench.harness.contenders import compiled, optional_contender
 from bench.harness.shapes import BENCH_BATCH, BENCH_SEQ_LEN
 from bench.harness.timers import eager_time_us
 from linear_cross_entropy import CrossEntropyConfig, launch_config, linear_cross_entropy
-from qwen3_configs import QWEN3_SIZES, qwen3_config
+from qwen3_configs import qwen3_config
 
 NAME = "loss"
 DTYPE = torch.bfloat16
@@ -125,16 +125,8 @@ def loss_shape(batch: int, seq: int, hidden: int, vocab: int = VOCAB, models: st
             "hidden": hidden, "vocab": vocab}
 
 
-def _models_by_hidden() -> dict:
-    """{hidden: 'the Qwen3 sizes that have it'}, one entry per distinct hidden size."""
-    out: dict = {}
-    for size, (hidden, *_) in QWEN3_SIZES.items():
-        out.setdefault(hidden, []).append(size)
-    return {hidden: "、".join(sizes) for hidden, sizes in out.items()}
-
-
 SHAPES = [loss_shape(BENCH_BATCH, BENCH_SEQ_LEN, hidden, models=models)
-          for hidden, models in sorted(_models_by_hidden().items(), key=lambda kv: (kv[0] != FIRST_HIDDEN, kv[0]))]
+          for hidden, models in sorted(shapes.sizes_with(0).items(), key=lambda kv: (kv[0] != FIRST_HIDDEN, kv[0]))]
 QUICK_SHAPES = [loss_shape(2, 16, 16, 100)]
 
 

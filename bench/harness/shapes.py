@@ -11,6 +11,18 @@ HIDDEN_SIZES = sorted({hidden for hidden, *_ in QWEN3_SIZES.values()})
 Q_HEADS = QWEN3_SIZES["8B"][3]
 Q_NORM_ROWS = BENCH_TOKENS * Q_HEADS  # 524288
 K_NORM_ROWS = BENCH_TOKENS * KV_HEADS  # 131072
+
+
+def sizes_with(*index: int) -> dict:
+    """{value of field ``index`` of QWEN3_SIZES (a tuple of values for several fields): 'sizes that have it'}:
+    one shape per distinct value, e.g. ``sizes_with(0)`` = {hidden: '0.6B', ..., 4096: '8B', ...}."""
+    out: dict = {}
+    for size, fields in QWEN3_SIZES.items():
+        key = fields[index[0]] if len(index) == 1 else tuple(fields[i] for i in index)
+        out.setdefault(key, []).append(size)
+    return {value: "、".join(sizes) for value, sizes in out.items()}
+
+
 # Every RMSNorm input the benchmarks time, by name -> (rows, width).
 RMSNORM_SHAPES = {
     **{f"H={hidden}": (BENCH_TOKENS, hidden) for hidden in HIDDEN_SIZES},
