@@ -43,8 +43,10 @@ def timed(entry) -> dict:
 def why_not(reason: str) -> str:
     if reason.startswith("ModuleNotFoundError"):
         return "未安装"
-    if "GPU only" in reason or "has no" in reason:
-        return "只在 GPU 上运行" if "GPU only" in reason else "此版 torch 没有"
+    if "GPU only" in reason:
+        return "只在 GPU 上运行"
+    if "has no" in reason:
+        return "此版 torch 没有"
     return reason[:60]
 
 
