@@ -33,13 +33,20 @@ What is HF's, what differs:
   op's gradient of its weight input, which autograd adds to the embedding's.
 * Memory: one chunk of logits (C x V, in place of B x T x V), the row losses, and
   the two gradients, which the op writes in the forward and autograd then hands
-  on (d_W: V x H, as any lm_head's backward makes it).
+  on (d_W: V x H, as any lm_head's backward makes it). The backward keeps no
+  reference to them, so that ``.backward()`` moves d_W into ``weight.grad``
+  instead of copying it.
 * Deterministic: fixed chunks, one program per row, no atomics.
 * Under torch.compile the op is one opaque custom op (``torch.library``): the
   compiler neither traces the chunk loop nor reorders its in-place updates.
 
-Targets outside [0, V) that are not ignore_index fail a device-side assert (as
-HF's cross_entropy does on the GPU); the kernel never reads outside the row.
+Bad targets. A target outside [0, V) that is not ignore_index raises ValueError
+before any work is launched (``check_targets=True``, the default). The check reads one
+flag back from the GPU: a host sync per call. With ``check_targets=False``, or while a
+CUDA graph is being captured, the check is a device-side assert instead, as in HF's
+cross_entropy on the GPU: the loss call returns, and the next sync fails with
+"device-side assert triggered", which leaves the process's CUDA context unusable (the
+training process must restart). The kernel never reads outside the row either way.
 Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing
 triton.
 """
@@ -187,6 +194,23 @@ def check_inputs(hidden, weight, targets, divisor=None) -> None:
                          f"{divisor.device}")
 
 
+def check_bad_targets(targets, counted, vocab, raise_here: bool) -> None:
+    """A target outside [0, vocab) that is not ignore_index: ValueError now (one host
+    sync), or, with ``raise_here`` False or during CUDA graph capture (no sync allowed
+    there), a device-side assert that fails the next sync."""
+    bad = counted & ((targets < 0) | (targets >= vocab))
+    capturing = targets.is_cuda and torch.cuda.is_current_stream_capturing()
+    if raise_here and not capturing:
+        if bad.any():  # the sync
+            first = targets[bad][0].item()
+            raise ValueError(f"linear_cross_entropy: {int(bad.sum())} target(s) outside "
+                             f"[0, {vocab}) that are not ignore_index (the first is "
+                             f"{first}); pass check_targets=False to skip this check")
+    else:
+        torch._assert_async(~bad.any(), "linear_cross_entropy: a target is outside "
+                            "[0, vocab size) and is not ignore_index")
+
+
 def _outputs(hidden, weight, grad_hidden_needed, grad_weight_needed, n_rows):
     """Row losses (fp32; fp64 for fp64 inputs) and the two gradients (empty where
     not needed): allocated alike by the op and by its fake for torch.compile."""
@@ -202,16 +226,15 @@ def _linear_cross_entropy_op(
         hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
         divisor: torch.Tensor | None, ignore_index: int, chunk_tokens: int,
         block: int, num_warps: int, grad_hidden_needed: bool, grad_weight_needed: bool,
+        check_targets: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, d_loss/d_hidden, d_loss/d_weight); a gradient not needed is empty."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    counted = targets != ignore_index
+    check_bad_targets(targets, counted, vocab, check_targets)
     row_loss, grad_hidden, grad_weight = _outputs(hidden, weight, grad_hidden_needed,
                                                   grad_weight_needed, n_tokens)
     stats = row_loss.dtype
-    counted = targets != ignore_index
-    in_range = (targets >= 0) & (targets < vocab)
-    torch._assert_async((in_range | ~counted).all(), "linear_cross_entropy: a target "
-                        "is outside [0, vocab size) and is not ignore_index")
     divisor = counted.sum().to(stats) if divisor is None else divisor.to(stats)
     scale = divisor.reciprocal()
 
@@ -240,7 +263,7 @@ def _linear_cross_entropy_op(
 
 @_linear_cross_entropy_op.register_fake
 def _(hidden, weight, targets, divisor, ignore_index, chunk_tokens, block, num_warps,
-      grad_hidden_needed, grad_weight_needed):
+      grad_hidden_needed, grad_weight_needed, check_targets):
     loss, grad_hidden, grad_weight = _outputs(hidden, weight, grad_hidden_needed,
                                               grad_weight_needed, 0)
     return loss.new_empty(()), grad_hidden, grad_weight
@@ -248,29 +271,32 @@ def _(hidden, weight, targets, divisor, ignore_index, chunk_tokens, block, num_w
 
 # --8<-- [start:autograd]
 def _setup_context(ctx, inputs, output):
-    # Kept as attributes, not save_for_backward: the backward scales them in place,
-    # which would fail a saved tensor's version check. No reference cycle: they are
-    # non-differentiable outputs (no grad_fn).
+    # The gradients are kept as attributes, not saved tensors: the backward scales
+    # them in place and then drops them. No reference cycle: they are
+    # non-differentiable outputs (no grad_fn). The inputs are saved (no copies) for a
+    # second backward through a retained graph, which recomputes.
+    hidden, weight, targets, divisor, *settings = inputs
+    ctx.save_for_backward(hidden, weight, targets, divisor)
+    ctx.settings = settings[:4]  # ignore_index, chunk_tokens, block, num_warps
     _, ctx.grad_hidden, ctx.grad_weight = output
     ctx.mark_non_differentiable(ctx.grad_hidden, ctx.grad_weight)
-    ctx.scaled_by = None
 
 
 def _backward(ctx, grad_loss, _grad_hidden, _grad_weight):
-    # The gradients were computed in the forward with d_loss = 1: the first backward
-    # scales them in place (no second V x H buffer; by 1 in loss.backward()). A
-    # further backward through a retained graph scales copies from that factor, so
-    # what the first one returned stays as it was (a first factor of exactly 0
-    # leaves NaN: nothing to rescale).
-    if ctx.scaled_by is None:
-        ctx.scaled_by = grad_loss
-        scale = lambda grad: grad.mul_(grad_loss)  # noqa: E731
-    else:
-        scale = lambda grad: grad * (grad_loss / ctx.scaled_by)  # noqa: E731
+    # The gradients were computed in the forward with d_loss = 1: scale them in place
+    # (by 1 in loss.backward()) and let go of them, so that autograd moves d_W into
+    # weight.grad rather than copying it. A further backward through a retained graph
+    # finds them gone and recomputes them from the saved inputs.
     needed = ctx.needs_input_grad
-    return (scale(ctx.grad_hidden) if needed[0] else None,
-            scale(ctx.grad_weight) if needed[1] else None,
-            None, None, None, None, None, None, None, None)
+    grad_hidden, grad_weight = ctx.grad_hidden, ctx.grad_weight
+    ctx.grad_hidden = ctx.grad_weight = None
+    if grad_hidden is None:
+        hidden, weight, targets, divisor = ctx.saved_tensors
+        _, grad_hidden, grad_weight = _linear_cross_entropy_op(
+            hidden, weight, targets, divisor, *ctx.settings, needed[0], needed[1], False)
+    return (grad_hidden.mul_(grad_loss) if needed[0] else None,
+            grad_weight.mul_(grad_loss) if needed[1] else None,
+            *[None] * 9)
 
 
 _linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
@@ -281,11 +307,14 @@ _linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_conte
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor,
                          targets: torch.Tensor, *, ignore_index: int = -100,
                          num_items_in_batch: torch.Tensor | int | None = None,
-                         config: CrossEntropyConfig | None = None) -> torch.Tensor:
+                         config: CrossEntropyConfig | None = None,
+                         check_targets: bool = True) -> torch.Tensor:
     """cross_entropy(hidden @ weight.T, targets) without the logits.
 
     hidden (N, H), weight (V, H), targets (N,) int64. The mean over targets that
-    are not ignore_index, or the sum divided by ``num_items_in_batch``.
+    are not ignore_index, or the sum divided by ``num_items_in_batch``. A target
+    outside [0, V): ValueError (one host sync); check_targets=False makes it a
+    device-side assert, as in F.cross_entropy (module docstring).
     """
     if torch.is_autocast_enabled(hidden.device.type):  # as F.linear under autocast
         dtype = torch.get_autocast_dtype(hidden.device.type)
@@ -304,7 +333,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor,
     loss, _, _ = _linear_cross_entropy_op(
         hidden, weight, targets, divisor, ignore_index, config.chunk_tokens,
         config.block, config.num_warps, grad and hidden.requires_grad,
-        grad and weight.requires_grad)
+        grad and weight.requires_grad, check_targets)
     return loss
 
 
@@ -312,7 +341,8 @@ def causal_lm_loss(hidden_states: torch.Tensor, lm_head_weight: torch.Tensor,
                    labels: torch.Tensor | None, *, ignore_index: int = -100,
                    num_items_in_batch: torch.Tensor | int | None = None,
                    shift_labels: torch.Tensor | None = None,
-                   config: CrossEntropyConfig | None = None) -> torch.Tensor:
+                   config: CrossEntropyConfig | None = None,
+                   check_targets: bool = True) -> torch.Tensor:
     """HF's ForCausalLMLoss(lm_head(hidden_states), labels, ...) without the logits.
 
     Labels (B, T) are shifted as HF shifts them (the last position of each row
@@ -325,7 +355,8 @@ def causal_lm_loss(hidden_states: torch.Tensor, lm_head_weight: torch.Tensor,
     targets = shift_labels.reshape(-1).to(hidden.device)
     return linear_cross_entropy(hidden, lm_head_weight, targets,
                                 ignore_index=ignore_index,
-                                num_items_in_batch=num_items_in_batch, config=config)
+                                num_items_in_batch=num_items_in_batch, config=config,
+                                check_targets=check_targets)
 # --8<-- [end:api]
 
 

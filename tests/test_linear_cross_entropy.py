@@ -91,6 +91,45 @@ def test_matches_fp64_reference_and_hf(device, dtype):
                               fp64_reference(hidden, weight, labels), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_large_logits_stay_finite(device, dtype):
+    """Logits up to about 400, where exp(z) overflows fp32 (beyond about 88): the
+    log-sum-exp must subtract its running max. The loss and gradients are still
+    those of the fp64 reference."""
+    hidden, weight, labels = random_case(device, dtype, seq=16)
+    weight = (weight.double() * 60).to(dtype)  # logits ~ N(0, 120^2), max about 400
+    logits = hidden.double() @ weight.double().t()
+    assert 300 < logits.abs().max() < 800
+    ours, hf = ours_run(hidden, weight, labels), hf_run(hidden, weight, labels)
+    assert all(torch.isfinite(tensor).all() for tensor in ours)
+    reference = fp64_reference(hidden, weight, labels)
+    if dtype == torch.float32:
+        assert_close_to_reference(ours, hf, reference, dtype)
+    else:  # bf16 logits of this size are a few units apart: HF's own error is large
+        for name, mine, theirs, exact in zip(("loss", "d_hidden", "d_weight"), ours, hf,
+                                             reference):
+            assert rel_err(mine, exact) <= 2 * rel_err(theirs, exact) + 1e-6, name
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_the_custom_op_passes_opcheck(device, dtype):
+    """torch.library.opcheck on 16-bit inputs: the schema, the autograd registration and
+    the fake implementation torch.compile traces with (shape, dtype and device of every
+    output against the real op's: a 0-d fp32 loss, d_hidden and d_weight like their
+    inputs). Its AOT test is left out: it returns the gradient buffers to the caller,
+    which the wrapper never does, and the backward scales them in place; the compile
+    tests below cover AOT dispatch through the wrapper."""
+    hidden, weight, labels = random_case(device, dtype, seq=20)
+    targets = labels.reshape(-1)
+    hidden = hidden.reshape(-1, 64).requires_grad_()
+    weight.requires_grad_()
+    for grads in ((True, True), (True, False), (False, False)):
+        args = (hidden, weight, targets, None, -100, 16, 256, 4, *grads, True)
+        result = torch.library.opcheck(lce._linear_cross_entropy_op, args, test_utils=(
+            "test_schema", "test_autograd_registration", "test_faketensor"))
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
 @pytest.mark.parametrize("case", ["mostly_ignored", "ignored_rows", "one_counted",
                                   "num_items_int", "num_items_tensor", "shift_labels"])
 def test_hf_loss_options(device, case):
@@ -173,20 +212,52 @@ def test_scales_by_the_incoming_gradient(device):
 
 def test_retained_graph_backward_twice(device):
     """The first backward scales the gradients in place; a second one through a
-    retained graph (gradcheck does this) gives its own scale and leaves the first
-    one's result alone; autograd still accumulates .grad."""
+    retained graph (gradcheck does this) recomputes, gives its own scale and leaves
+    the first one's result alone; autograd still accumulates .grad; without
+    retain_graph a second backward fails, as any op's with saved tensors."""
     hidden, weight, labels = random_case(device, torch.float32, seq=16)
     base = ours_run(hidden, weight, labels)
-    h = hidden.clone().requires_grad_()
-    loss = causal_lm_loss(h, weight, labels, config=SMALL)
-    (first,) = torch.autograd.grad(loss * 3, h, retain_graph=True)
-    torch.testing.assert_close(first, base[1] * 3)
-    (second,) = torch.autograd.grad(loss * -0.5, h, retain_graph=True)
-    torch.testing.assert_close(second, base[1] * -0.5)
-    torch.testing.assert_close(first, base[1] * 3)
-    loss.backward()
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = causal_lm_loss(h, w, labels, config=SMALL)
+    first = torch.autograd.grad(loss * 3, (h, w), retain_graph=True)
+    for got, expected in zip(first, base[1:]):
+        torch.testing.assert_close(got, expected * 3)
+    second = torch.autograd.grad(loss * -0.5, (h, w), retain_graph=True)
+    for got, expected, earlier in zip(second, base[1:], first):
+        torch.testing.assert_close(got, expected * -0.5)
+        torch.testing.assert_close(earlier, expected * 3)
+    loss.backward(retain_graph=True)
     loss.backward()
     torch.testing.assert_close(h.grad, base[1] * 2)
+    torch.testing.assert_close(w.grad, base[2] * 2)
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+def test_backward_hands_its_gradient_buffers_on(device, monkeypatch):
+    """``loss.backward()`` moves the weight gradient the forward computed into
+    weight.grad and hands d_hidden to the layer below, with no copy: the op keeps no
+    reference to either once its backward ran (a kept reference makes autograd clone
+    d_W, one more V x H buffer at the peak)."""
+    made = []
+
+    def recording_outputs(*args):
+        outputs = original(*args)
+        made.append([tensor.data_ptr() for tensor in outputs])  # no reference kept
+        return outputs
+
+    original = lce._outputs
+    monkeypatch.setattr(lce, "_outputs", recording_outputs)
+    hidden, weight, labels = random_case(device, torch.float32, seq=16)
+    w = weight.clone().requires_grad_()
+    h = hidden.clone().requires_grad_()
+    seen = []
+    h_below = h * 1.0  # a layer below, whose backward receives d_hidden
+    h_below.register_hook(lambda grad: seen.append(grad.data_ptr()))
+    causal_lm_loss(h_below, w, labels, config=SMALL).backward()
+    (_, grad_hidden, grad_weight), = made
+    assert w.grad.data_ptr() == grad_weight
+    assert seen == [grad_hidden]
 
 
 def test_only_the_gradients_asked_for(device):
@@ -299,11 +370,55 @@ def test_rejects_bad_input(device, problem):
     elif problem in ("target_out_of_range", "negative_target"):
         t = t.clone()
         t[3] = 50 if problem == "target_out_of_range" else -7
-        error, match = RuntimeError, "outside"
+        match = f"1 target\\(s\\) outside \\[0, 50\\).*the first is {t[3].item()}"
     with pytest.raises(error, match=match):
         linear_cross_entropy(h, w, t, **kwargs)
-        if device == "cuda":  # the device-side assert surfaces at the next sync
-            torch.cuda.synchronize()
+    if device == "cuda":  # no device-side assert was launched: the context still works
+        torch.cuda.synchronize()
+        assert torch.ones(4, device=device).sum().item() == 4
+
+
+BAD_TARGET_CHILD = """
+import sys, torch
+sys.path.insert(0, {snippets!r})
+from linear_cross_entropy import linear_cross_entropy
+hidden = torch.randn(64, 32, device="cuda")
+weight = torch.randn(50, 32, device="cuda")
+targets = torch.randint(0, 50, (64,), device="cuda")
+targets[5] = {bad}
+loss = linear_cross_entropy(hidden, weight, targets, check_targets=False)
+print("returned", flush=True)
+torch.cuda.synchronize()
+print("synchronized", flush=True)
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs the GPU")
+@pytest.mark.parametrize("bad", [50, -7])
+def test_unchecked_bad_target_is_a_device_side_assert(bad):  # pragma: gpu only
+    """check_targets=False: the call returns, the next sync fails with a device-side
+    assert, as F.cross_entropy's does. In a child process: the assert leaves that
+    process's CUDA context unusable, and this worker must keep its own."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", BAD_TARGET_CHILD.format(
+        snippets=str(SNIPPETS), bad=bad)], capture_output=True, text=True, timeout=300)
+    assert child.returncode != 0, child.stdout
+    assert "returned" in child.stdout and "synchronized" not in child.stdout
+    assert "device-side assert" in child.stderr, child.stderr[-2000:]
+
+
+def test_unchecked_bad_target_on_cpu_fails_at_once(device):
+    """On CPU the device-side assert is an immediate RuntimeError."""
+    if device != "cpu":
+        pytest.skip("the GPU case runs in a child process (the test above)")
+    hidden, weight, labels = random_case(device, torch.float32, seq=8, vocab=50)
+    targets = labels.reshape(-1).clone()
+    targets[3] = 50
+    with pytest.raises(RuntimeError, match="outside"):
+        linear_cross_entropy(hidden.reshape(-1, 64), weight, targets, config=SMALL,
+                             check_targets=False)
 
 
 def test_default_config():
