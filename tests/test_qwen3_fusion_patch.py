@@ -245,6 +245,35 @@ def test_untested_transformers_code_is_refused_by_name(device, monkeypatch, way)
     apply_qwen3_fusion(model, qk_norm_rope=False)()  # the other parts do not mirror it
 
 
+# What each part mirrors, written out here (not read from the patch): a piece dropped from
+# the patch's own list is then a failing case below.
+MIRRORS = {
+    "rms_norm": ("Qwen3RMSNorm",),
+    "fused_add": ("Qwen3RMSNorm", "Qwen3DecoderLayer", "Qwen3Model", "GradientCheckpointingLayer",
+                  "capture_outputs", "install_output_capuring_hook", "_CanRecordRegistry",
+                  "merge_with_config_defaults"),
+    "qk_norm_rope": ("Qwen3RMSNorm", "Qwen3Attention", "rotate_half", "apply_rotary_pos_emb",
+                     "Qwen3RotaryEmbedding"),
+    "swiglu": ("Qwen3MLP",),
+    "loss": ("Qwen3ForCausalLM", "ForCausalLMLoss", "fixed_cross_entropy", "slice_logits_to_keep",
+             "can_return_tuple"),
+}
+NO_PARTS = dict(rms_norm=False, fused_add=False, qk_norm_rope=False, swiglu=False, loss=False)
+
+
+@pytest.mark.parametrize("part, piece", [(part, piece) for part, pieces in MIRRORS.items()
+                                         for piece in pieces])
+def test_every_mirrored_piece_of_every_part_is_checked(monkeypatch, part, piece):
+    """Each part alone refuses a transformers whose code differs in any piece it mirrors,
+    naming that piece, and changes nothing."""
+    real = qwen3_mirrored_code.fingerprint()
+    monkeypatch.setattr(qwen3_mirrored_code, "fingerprint", lambda: dict(real, **{piece: "0123456789ab"}))
+    parts = NO_PARTS | {part: True} | ({"rms_norm": True} if part == "fused_add" else {})
+    with pytest.raises(RuntimeError, match=rf"\({part}|rms_norm\).* in (.*, )?{piece}\b"):
+        apply_qwen3_fusion(**parts)
+    assert module_globals() == HF and HF_CAUSAL_LM.forward is HF_CAUSAL_LM_FORWARD
+
+
 def test_another_patch_is_refused_and_nothing_is_left_half_done(device):
     class OtherMLP(HF_MLP):
         pass
@@ -274,6 +303,12 @@ def test_clear_errors_for_what_it_cannot_fuse(device):
     with pytest.raises(ValueError, match="hidden_act is 'gelu'"):
         apply_qwen3_fusion(model)
     model = tiny_model(device)
+    model.model.layers[1].self_attn.k_norm.variance_epsilon = 1e-5  # q_norm's is 1e-6
+    classes = [type(m) for m in model.modules()]
+    with pytest.raises(ValueError, match="takes one eps; q_norm and k_norm have 1e-06 and 1e-05"):
+        apply_qwen3_fusion(model)
+    assert [type(m) for m in model.modules()] == classes
+    model = tiny_model(device)
     model.model.layers[1].self_attn.k_norm = torch.nn.RMSNorm(16)  # some other norm
     classes = [type(m) for m in model.modules()]
     with pytest.raises(TypeError, match="torch.nn.modules.normalization.RMSNorm"):
@@ -294,7 +329,7 @@ def hf_and_fused_outputs(model, way, **call):
 
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("case", ["ignored", "num_items", "shift_labels", "logits_to_keep",
-                                  "tuple"])
+                                  "keep_last", "tuple"])
 def test_fused_loss_takes_hfs_loss_options(device, way, case):
     """Training with labels: HF's loss through the fused path (no logits made), with HF's
     options: ignore_index-heavy labels, num_items_in_batch, shift_labels, logits_to_keep,
@@ -311,6 +346,8 @@ def test_fused_loss_takes_hfs_loss_options(device, way, case):
         call["shift_labels"] = labels  # not what HF's own shift would give
     if case == "logits_to_keep":
         call["logits_to_keep"] = 12  # all positions, as an int
+    if case == "keep_last":  # the last 5 positions' logits, with their labels, as HF takes them
+        call["logits_to_keep"], call["labels"] = 5, labels[:, -5:]
     if case == "tuple":
         call["return_dict"] = False
     expected, got = hf_and_fused_outputs(model, way, **call)
