@@ -31,8 +31,11 @@ first so that a run cut short by the budget still has it). Every contender is ``
   (its chunked path, ``acc_policy`` and ``chunking_method`` "auto") where the installed torch has it
   (torch 2.13 does, 2.11 does not: skipped with the reason). Runs on the CPU too.
 * ``ours``: this site's ``linear_cross_entropy`` (snippets/linear_cross_entropy.py) with its default config
-  (``launch_config``: ``ours_config`` in each entry); ``ours_cNNN``: the same with ``chunk_tokens`` NNN
+  (``launch_config``: ``ours_config`` in each entry) and its default bad-target check (one host sync);
+  ``ours_compile``: ``torch.compile`` of the same call (GPU only); ``ours_unchecked``: ``check_targets=False``
+  (no sync: the check's cost is its time minus ``ours``'); ``ours_cNNN``: the default with ``chunk_tokens`` NNN
   (``CHUNK_SWEEP``; block and warps from ``launch_config``): the time / memory trade-off of the chunk size.
+  The sweep and ``ours_unchecked`` run the forward + backward only (``FWD_BWD_ONLY``).
 
 Inputs: hidden ~ N(0, 1); weight ~ N(0, (LOGIT_STD / sqrt(H))^2), so the logits are about N(0, 5^2): a
 softmax of entropy about 3.4 nats (``reference.entropy_nats``), the order of a trained LM's per-token
@@ -42,7 +45,9 @@ shifted labels, uniform random ids in [0, V) with the last position of each of t
 (``targets = pad(labels, (0, 1), -100)[..., 1:]`` flattened). One label set (no prompt masking).
 
 Per shape, phase (``fwd``: under no_grad, inputs that need no gradient; ``fwd_bwd``: the forward, then
-``torch.autograd.grad`` of the loss w.r.t. hidden and weight) and contender, ``entry[phase][id]`` holds:
+``loss.backward()`` into hidden's and weight's ``.grad``, set to None before each call, as a training step
+does: autograd then moves the gradient a contender returns into ``.grad``, or copies it if the contender still
+holds it) and contender, ``entry[phase][id]`` holds:
 
 * the time: ``timers.eager_time_us``, triton.testing.do_bench of eager calls (L2 flushed before each call;
   WARMUP_MS, REP_MS: a call takes up to ~100 ms at H = 5120, so a few samples each). Not CUDA graphs: Liger's
@@ -70,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import os
+import re
 import time
 
 import torch
@@ -91,12 +97,13 @@ VOCAB = qwen3_config().vocab_size  # 151936
 IGNORE_INDEX = -100
 LOGIT_STD = 5.0  # the logits' standard deviation (module docstring: inputs)
 FIRST_HIDDEN = 4096  # the 8-layer step's loss shape, run first
-CHUNK_SWEEP = (256, 512, 1024, 2048, 4096)
+CHUNK_SWEEP = (128, 256, 512, 1024, 2048, 4096)
 QUICK_CHUNK_SWEEP = (8, 16)  # several chunks of the quick shape's 32 tokens
 WARMUP_MS, REP_MS = 50, 400  # do_bench's, per phase and contender
 BUDGET_S = 360  # no shape starts later than this into the run (BENCH_LOSS_BUDGET_S)
 PEERS = ("hf_eager", "compile", "liger", "liger_compile", "cce", "torch_chunked")
-GPU_ONLY = ("compile", "liger", "liger_compile", "cce")
+GPU_ONLY = ("compile", "liger", "liger_compile", "cce", "ours_compile")
+OURS_VARIANTS = ("ours_compile", "ours_unchecked")
 LABELS = ("HF's shifted labels: uniform random ids in [0, vocab), targets = pad(labels, (0, 1), ignore_index)"
           "[..., 1:] flattened (the last position of each of the B rows ignored); one label set, no prompt masking")
 REFERENCE = ("HF's arithmetic in fp32: F.cross_entropy(F.linear(hidden.float(), weight.float()), targets), "
@@ -104,9 +111,20 @@ REFERENCE = ("HF's arithmetic in fp32: F.cross_entropy(F.linear(hidden.float(), 
 
 
 def contender_names(quick: bool) -> list[str]:
-    """Every contender of a run: the peers, ours, ours at each chunk size of the sweep."""
+    """Every contender of a run: the peers, ours, its variants, ours at each chunk size of the sweep."""
     sweep = QUICK_CHUNK_SWEEP if quick else CHUNK_SWEEP
-    return [*PEERS, "ours", *(f"ours_c{chunk}" for chunk in sweep)]
+    return [*PEERS, "ours", *OURS_VARIANTS, *(f"ours_c{chunk}" for chunk in sweep)]
+
+
+def sweep_chunk(name: str) -> int | None:
+    """The chunk size of a sweep contender ``ours_cNNN``; None for any other contender."""
+    match = re.fullmatch(r"ours_c(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def fwd_bwd_only(name: str) -> bool:
+    """The chunk sweep and the unchecked variant: forward + backward only (what they are run for)."""
+    return sweep_chunk(name) is not None or name == "ours_unchecked"
 
 
 def selected_contenders(quick: bool) -> list[str]:
@@ -238,11 +256,14 @@ def measure(entry: dict, name: str, fn, inputs, ref: tuple, on_gpu: bool) -> Non
             return (fn(hidden, weight, targets),)
 
     def forward_backward():
+        hidden_leaf.grad = weight_leaf.grad = None
         loss = fn(hidden_leaf, weight_leaf, targets)
-        return (loss, *torch.autograd.grad(loss, (hidden_leaf, weight_leaf)))
+        loss.backward()
+        return (loss, hidden_leaf.grad, weight_leaf.grad)
 
     failed = []
-    for phase, call in (("fwd", forward), ("fwd_bwd", forward_backward)):
+    phases = (("fwd", forward), ("fwd_bwd", forward_backward))
+    for phase, call in phases[1:] if fwd_bwd_only(name) else phases:
         try:
             began = time.perf_counter()
             call()
@@ -307,9 +328,9 @@ def torch_chunked_loss():
     return lambda hidden, weight, targets: fn(hidden, weight, targets, ignore_index=IGNORE_INDEX, options=options)
 
 
-def ours_loss(config: CrossEntropyConfig | None):
+def ours_loss(config: CrossEntropyConfig | None, check_targets: bool = True):
     return lambda hidden, weight, targets: linear_cross_entropy(hidden, weight, targets, ignore_index=IGNORE_INDEX,
-                                                                config=config)
+                                                                config=config, check_targets=check_targets)
 
 
 def contenders(names, shape: dict, device, skipped: dict) -> dict:
@@ -336,11 +357,13 @@ def contenders(names, shape: dict, device, skipped: dict) -> dict:
         "cce": cce,
         "torch_chunked": torch_chunked_loss,
         "ours": lambda: ours_loss(None),
+        "ours_compile": on_gpu("torch.compile (Inductor)", lambda: compiled(ours_loss(None), device)),
+        "ours_unchecked": lambda: ours_loss(None, check_targets=False),
     }
     out = {}
     for name in names:
-        if name.startswith("ours_c"):
-            config = dataclasses.replace(default, chunk_tokens=int(name.removeprefix("ours_c")))
+        if sweep_chunk(name) is not None:
+            config = dataclasses.replace(default, chunk_tokens=sweep_chunk(name))
             build = lambda config=config: ours_loss(config)  # noqa: E731
         else:
             build = builds[name]
@@ -402,6 +425,7 @@ def run(args) -> dict:
     config = {"dtype": "bfloat16", **{key: first[key] for key in ("tokens", "batch", "seq", "vocab")},
               "ignore_index": IGNORE_INDEX, "labels": LABELS, "logit_std": LOGIT_STD,
               "contenders": names, "peers": list(PEERS), "gpu_only": list(GPU_ONLY), "ours": "ours",
+              "ours_variants": list(OURS_VARIANTS),
               "baseline": "hf_eager", "tie_rule": "fusion_2pct",
               "chunk_sweep": list(QUICK_CHUNK_SWEEP if quick else CHUNK_SWEEP),
               "torch_chunked_options": repr(torch_options()), "reference": REFERENCE,

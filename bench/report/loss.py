@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+import re
+
 from bench.report import prose, tables
 from bench.report.names import LOSS_LABELS, tie
 
@@ -22,9 +24,15 @@ WRONG_LOSS = 0.01  # a loss this far (relative) from the fp32 reference is wrong
 CCE_MEMORY_SLACK = 1.10  # the target: peak memory within 10 % of Cut Cross-Entropy's
 
 
+def sweep_chunk(name: str) -> int | None:
+    """The chunk size of the record's sweep contender ``ours_cNNN`` (its naming); None otherwise."""
+    match = re.fullmatch(r"ours_c(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
 def label(name: str) -> str:
-    if name.startswith("ours_c"):
-        return f"本站（chunk {name[len('ours_c'):]}）"
+    if sweep_chunk(name) is not None:
+        return f"本站（chunk {sweep_chunk(name)}）"
     return LOSS_LABELS.get(name, name)
 
 
@@ -61,7 +69,7 @@ def table(data) -> str:
     entry, cfg = step_shape(data), data["config"]
     times = timed(entry)
     ours = times[cfg["ours"]]["median_us"]
-    order = [n for n in [*cfg["peers"], cfg["ours"]] if n in times]
+    order = [n for n in [*cfg["peers"], cfg["ours"], *cfg.get("ours_variants", [])] if n in times]
     f = tables.fmt
     body = [[label(n), f(times[n]["median_us"] / 1e3), prose.times(times[n]["median_us"] / ours),
              gib(times[n]["peak_bytes"]), f"{times[n]['loss_rel_err']:.1e}",

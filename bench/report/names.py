@@ -70,7 +70,8 @@ STEP_LABELS = {
 }
 # The fused loss's contenders (loss): lm_head + causal-LM cross-entropy.
 LOSS_LABELS = {"hf_eager": "HF eager", "compile": "torch.compile", "liger": "Liger", "liger_compile": "Liger + compile",
-               "cce": "Cut CE", "torch_chunked": "F.linear_cross_entropy", "ours": "本站"}
+               "cce": "Cut CE", "torch_chunked": "F.linear_cross_entropy", "ours": "本站",
+               "ours_compile": "本站 + compile", "ours_unchecked": "本站（不检查标签）"}
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
 TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm",
                    "triton_fused_add": "融合残差加 + RMSNorm"}

@@ -51,9 +51,10 @@ def test_targets_are_hfs_shifted_labels():
 
 
 def test_contender_selection(monkeypatch):
-    assert exp_loss.contender_names(quick=True)[-3:] == ["ours", "ours_c8", "ours_c16"]
-    assert [n for n in exp_loss.contender_names(quick=False) if n.startswith("ours_c")] == [
-        "ours_c256", "ours_c512", "ours_c1024", "ours_c2048", "ours_c4096"]
+    assert exp_loss.contender_names(quick=True)[-5:] == ["ours", "ours_compile", "ours_unchecked", "ours_c8",
+                                                         "ours_c16"]
+    assert [n for n in exp_loss.contender_names(quick=False) if exp_loss.sweep_chunk(n) is not None] == [
+        "ours_c128", "ours_c256", "ours_c512", "ours_c1024", "ours_c2048", "ours_c4096"]
     monkeypatch.setenv("BENCH_LOSS_CONTENDERS", "hf_eager, ours")
     assert exp_loss.selected_contenders(quick=False) == ["hf_eager", "ours"]
     monkeypatch.setenv("BENCH_LOSS_CONTENDERS", "ours_c8")
@@ -76,24 +77,27 @@ def _finite(x) -> bool:
 def test_quick_run(quick_loss, on_gpu):
     config, results = quick_loss["config"], quick_loss["results"]
     assert config["contenders"] == ["hf_eager", "compile", "liger", "liger_compile", "cce", "torch_chunked",
-                                    "ours", "ours_c8", "ours_c16"]
+                                    "ours", "ours_compile", "ours_unchecked", "ours_c8", "ours_c16"]
     assert [config[k] for k in ("tokens", "vocab", "ignore_index", "chunk_sweep")] == [32, 100, -100, [8, 16]]
     assert config["versions"]["torch"] == torch.__version__ and "do_bench" in config["timer"]
     skipped = results["skipped"]
     if on_gpu:
         ran = set(config["contenders"]) - set(skipped)
-        assert {"hf_eager", "compile", "ours", "ours_c8", "ours_c16"} <= ran
+        assert {"hf_eager", "compile", "ours", "ours_compile", "ours_unchecked", "ours_c8", "ours_c16"} <= ran
     else:
-        ran = {"hf_eager", "ours", "ours_c8", "ours_c16"} | ({"torch_chunked"} if torch_has_chunked() else set())
-        assert set(skipped) == set(config["contenders"]) - ran  # compile, liger, liger_compile, cce
+        ran = {"hf_eager", "ours", "ours_unchecked", "ours_c8", "ours_c16"} | (
+            {"torch_chunked"} if torch_has_chunked() else set())
+        assert set(skipped) == set(config["contenders"]) - ran  # compile, liger, liger_compile, cce, ours_compile
     assert all(isinstance(reason, str) and reason for reason in skipped.values())
     assert not results["not_run"]
     (entry,) = results["shapes"]
     assert not entry["errors"], entry["errors"]
     assert entry["ours_config"]["chunk_tokens"] == 32 and entry["reference"]["counted"] == 30  # 2 rows' last ignored
     assert _finite(entry["reference"]["loss"]) and entry["reference"]["entropy_nats"] > 0
+    fwd_bwd_only = {"ours_unchecked", "ours_c8", "ours_c16"}
+    assert {n for n in ran if exp_loss.fwd_bwd_only(n)} == fwd_bwd_only
     for phase in ("fwd", "fwd_bwd"):
-        assert set(entry[phase]) == ran, phase
+        assert set(entry[phase]) == (ran if phase == "fwd_bwd" else ran - fwd_bwd_only), phase
         for name, stats in entry[phase].items():
             assert _finite(stats["median_us"]) and stats["median_us"] > 0, (phase, name)
             assert stats["tflops"] == entry[f"flops_{phase}"] / (stats["median_us"] * 1e6)
@@ -109,5 +113,5 @@ def test_quick_run(quick_loss, on_gpu):
                 assert "grad_hidden" not in stats
     assert set(entry["first_call_s"]) == ran
     # ours with its default config (one chunk here) and at the sweep's chunks: the same loss
-    for name in ("ours_c8", "ours_c16"):
-        assert math.isclose(entry["fwd"][name]["loss"], entry["fwd"]["ours"]["loss"], rel_tol=1e-4)
+    for name in ("ours_c8", "ours_c16", "ours_unchecked"):
+        assert math.isclose(entry["fwd_bwd"][name]["loss"], entry["fwd_bwd"]["ours"]["loss"], rel_tol=1e-4)
