@@ -67,6 +67,11 @@ CACHE = cache_kwarg()
 class Qwen3RMSNorm(HF_NORM):
     """HF's norm; given a residual, returns (norm(h + residual), h + residual)."""
 
+    # transformers' kernel switch (use_kernels, on by default from 5.25) swaps the
+    # forward of every module whose class has a hub kernel name, inherited or not:
+    # this condition makes it leave this class alone.
+    kernel_condition = staticmethod(lambda module: False)
+
     def forward(self, hidden_states, residual=None):
         if residual is None:
             return rms_norm(hidden_states, self.weight, self.variance_epsilon)
@@ -200,18 +205,36 @@ def apply_fused_add_rmsnorm(model: torch.nn.Module):
     if not hf_model:
         raise ValueError(f"{type(model).__name__} holds no Qwen3Model")
     check_norms(hf_model, norm=HF_NORM)
-    swapped = [(m, type(m)) for m in model.modules() if type(m) in FUSED]
-    for module, hf in swapped:
-        module.__class__ = FUSED[hf]
+    undos = [swap_class([m for m in model.modules() if type(m) is hf], fused)
+             for hf, fused in FUSED.items()]
     register_output_capture(Qwen3Model)
 
     def undo():
-        for module, hf in swapped:
-            module.__class__ = hf
-        swapped.clear()
+        while undos:
+            undos.pop()()
 
     return undo
 # --8<-- [end:patch]
+
+
+def swap_class(modules, new_class):
+    """Give each module ``new_class`` in place. A forward that transformers' kernel
+    switch put on the instance (from_pretrained does, from 5.25) would still run
+    instead of the class's: it is taken off, and undo() puts it back with the class."""
+    kept = [(module, type(module), {key: module.__dict__.pop(key)
+                                    for key in ("forward", "_kernel_repo")
+                                    if key in module.__dict__})
+            for module in modules]
+    for module in modules:
+        module.__class__ = new_class
+
+    def undo():
+        for module, old_class, attributes in kept:
+            module.__class__ = old_class
+            module.__dict__.update(attributes)
+        kept.clear()
+
+    return undo
 
 
 def register_output_capture(cls) -> None:

@@ -289,10 +289,8 @@ def _patch_classes(parts, undos) -> None:
         undos.append(lambda: setattr(HF_CAUSAL_LM, "forward", HF_CAUSAL_LM_FORWARD))
 
 
-def _swap_classes(modules, hf_class, new_class, undos) -> None:
-    for module in modules:
-        module.__class__ = new_class
-    undos.append(lambda: [setattr(m, "__class__", hf_class) for m in modules])
+def _swap_classes(modules, new_class, undos) -> None:
+    undos.append(qwen3_fused_add_patch.swap_class(modules, new_class))
 
 
 def _convert_in_place(model, parts, undos) -> None:
@@ -321,11 +319,11 @@ def _convert_in_place(model, parts, undos) -> None:
     elif parts["rms_norm"]:
         _replace_norms(model, undos)
     if parts["qk_norm_rope"]:
-        _swap_classes(attentions, HF_ATTENTION, Qwen3Attention, undos)
+        _swap_classes(attentions, Qwen3Attention, undos)
     if parts["swiglu"]:
-        _swap_classes(mlps, HF_MLP, Qwen3MLP, undos)
+        _swap_classes(mlps, Qwen3MLP, undos)
     if parts["loss"]:
-        _swap_classes(heads, HF_CAUSAL_LM, Qwen3ForCausalLM, undos)
+        _swap_classes(heads, Qwen3ForCausalLM, undos)
 
 
 def _replace_norms(model, undos) -> None:
