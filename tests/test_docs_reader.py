@@ -257,3 +257,11 @@ def test_no_seed_figures_survive_in_the_articles():
         text = (docs_tools.ROOT / page).read_text(encoding="utf-8")
         for phrase in ("73 个", "612 ms", "592 ms", "577 ms", "505 ms", "448 ms", "420 μs", "180 μs"):
             assert phrase not in text, f"{page}: {phrase}"
+
+
+def test_the_site_serves_the_wheel(site):
+    """The build's hook serves the fusion set's wheel, the same bytes the hook builds from snippets/."""
+    package_wheel = load_hook("package_wheel")
+    served = site / package_wheel.DOWNLOAD_URI
+    assert served.is_file(), f"{package_wheel.DOWNLOAD_URI} is not in the built site"
+    assert served.read_bytes() == package_wheel.build_wheel()
