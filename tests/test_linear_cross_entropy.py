@@ -422,11 +422,13 @@ def test_unchecked_bad_target_on_cpu_fails_at_once(device):
 
 
 def test_default_config():
-    """The rule: two GEMM tiles per SM for d_h, clamped, and never above the tokens."""
+    """The rule from the chunk sweep: 4,096 tokens below hidden 2,048, else 2,048; never
+    above the tokens; 8 KB of logits per step of the row kernel."""
     cpu = torch.device("cpu")
-    assert lce.launch_config(16384, 4096, 2, cpu) == CrossEntropyConfig(1024, 4096, 8)
+    assert lce.launch_config(16384, 4096, 2, cpu) == CrossEntropyConfig(2048, 4096, 8)
     assert lce.launch_config(16384, 1024, 2, cpu).chunk_tokens == 4096
-    assert lce.launch_config(16384, 8192, 4, cpu) == CrossEntropyConfig(512, 2048, 8)
+    assert lce.launch_config(16384, 2048, 2, cpu).chunk_tokens == 2048
+    assert lce.launch_config(16384, 8192, 4, cpu) == CrossEntropyConfig(2048, 2048, 8)
     assert lce.launch_config(100, 4096, 2, cpu).chunk_tokens == 100
 
 
