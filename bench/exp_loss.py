@@ -54,8 +54,10 @@ holds it) and contender, ``entry[phase][id]`` holds:
   backward calls ``torch.equal(grad_output, 1)``, a host sync that no graph can capture; host overhead is
   included for every contender alike. ``tflops``: the phase's FLOPs / median time;
 * ``peak_bytes``: the peak of ``torch.cuda.max_memory_allocated()`` during one call above what was allocated
-  before it (outputs included: the loss, and in fwd_bwd the two gradients, 2 * (N*H + V*H) bytes, the same
-  for every contender); None on a CPU;
+  before it; None on a CPU. In fwd that is above the inputs. In fwd_bwd the bytes before the call include the
+  previous call's two gradients in ``.grad`` (2 * (N*H + V*H) bytes, the same for every contender), which the
+  call frees first and replaces: its peak_bytes is the memory a contender holds beyond its inputs and one set
+  of gradients (the logits or their chunks, and any copy of a gradient);
 * ``loss`` (one call's value; "nan" / "inf" as strings when not finite), its ``loss_dtype``, ``loss_rel_err``
   against the reference; in fwd_bwd ``grad_hidden`` and ``grad_weight``: ``max_err`` = max |g - g_ref| /
   max |g_ref| and ``norm_err`` = ||g - g_ref|| / ||g_ref||. A wrong loss or gradient is recorded, not hidden;

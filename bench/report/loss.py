@@ -76,7 +76,9 @@ def table(data) -> str:
              f"{times[n]['grad_weight']['norm_err']:.1e}"] for n in order]
     headers = ["实现", "fwd+bwd ms", "÷ 本站", "峰值 GiB", "loss 误差", "dW 误差"]
     parts = [f"{entry['label']}，{cfg['tokens']:,} 个 token，词表 {cfg['vocab']:,}",
-             tables.dtype_short(cfg["dtype"]), "峰值为调用期间超出输入的显存（含输出的梯度）",
+             tables.dtype_short(cfg["dtype"]),
+             "峰值为调用期间比调用前多占的显存：调用前已有输入和上一次调用留下的一份梯度（调用开始时释放、由这次的梯度取代），"
+             "所以它是输入和一份梯度之外的显存（logits 或其分块，以及梯度的额外拷贝）",
              "误差相对 fp32 参考（loss 为相对误差，dW 为范数相对误差）", skipped_caption(data)]
     return prose.page(tables.md_table(headers, body), "，".join(p for p in parts if p) + "。")
 
@@ -105,7 +107,7 @@ def chunks_table(data) -> str:
             for chunk in cfg["chunk_sweep"] if f"ours_c{chunk}" in times]
     default = entry["ours_config"]["chunk_tokens"]
     return prose.page(tables.md_table(["chunk（token）", "fwd+bwd ms", "峰值 GiB", "logits 缓冲 MiB"], body),
-                      f"{entry['label']}；默认 chunk 为 {default:,} 个 token。")
+                      f"{entry['label']}；这次运行时的默认 chunk 为 {default:,} 个 token（表 1 的“本站”行）。")
 
 
 def targets(data) -> dict:

@@ -48,6 +48,15 @@ def loader(gpu: str = store.DEFAULT_GPU):
     return load
 
 
+def data_gpu(name: str, gpu: str = store.DEFAULT_GPU) -> str | None:
+    """The GPU folder a report renders from: ``gpu``'s when it holds the record, else the one other
+    folder that does (an experiment measured only there); None when no folder, or several, hold it."""
+    if store.data_path(name, gpu).exists():
+        return gpu
+    others = sorted(p.parent.name for p in store.DATA_DIR.glob(f"*/{name}.json"))
+    return others[0] if len(others) == 1 else None
+
+
 def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
     """Map of output path -> expected content, for every report and summary with data."""
     artifacts: dict[pathlib.Path, str] = {}
@@ -61,8 +70,9 @@ def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
 
     load = loader(gpu)
     for module in report_modules():
-        if store.data_path(module.NAME, gpu).exists():
-            add(module.render(load(module.NAME)), module.__name__)
+        where = data_gpu(module.NAME, gpu)
+        if where is not None:
+            add(module.render(loader(where)(module.NAME)), module.__name__)
     for module in summary_modules():
         try:
             rendered = module.render_summary(load)

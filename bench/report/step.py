@@ -74,6 +74,12 @@ def timing_zh(data: dict) -> str:
     text += "。GPU 时间取自第 1 轮一个 profiler 记录的 step。"
     if late:
         text += prose.glue(prose.join(label(c) for c in late), "的第 3 轮事后补跑。")
+    short = {name: sum(r.get("status") == "ok" for r in record.get("rounds", []))
+             for name, record in data["results"].items() if isinstance(record, dict) and record.get("rounds")}
+    short = {name: n for name, n in short.items() if 0 < n < rounds}
+    if short:
+        text += prose.glue(prose.join(f"{label(name)}只跑了 {n} 轮" for name, n in short.items()),
+                           "（其余轮次超出时间预算，未计入）。")
     return text
 
 
