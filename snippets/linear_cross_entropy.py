@@ -195,9 +195,9 @@ def check_bad_targets(targets, counted, vocab, raise_here: bool) -> None:
     if raise_here and not capturing:
         if bad.any():  # the sync
             first = targets[bad][0].item()
-            raise ValueError(f"linear_cross_entropy: {int(bad.sum())} target(s) outside "
-                             f"[0, {vocab}) that are not ignore_index (the first is "
-                             f"{first}); pass check_targets=False to skip this check")
+            raise ValueError(f"linear_cross_entropy: {int(bad.sum())} target(s) "
+                             f"outside [0, {vocab}) that are not ignore_index (the "
+                             f"first is {first}); check_targets=False skips this check")
     else:
         torch._assert_async(~bad.any(), "linear_cross_entropy: a target is outside "
                             "[0, vocab size) and is not ignore_index")
@@ -287,7 +287,7 @@ def _backward(ctx, grad_loss, _grad_hidden, _grad_weight):
     if grad_hidden is None:
         hidden, weight, targets, divisor = ctx.saved_tensors
         _, grad_hidden, grad_weight = _linear_cross_entropy_op(
-            hidden, weight, targets, divisor, *ctx.settings, needed[0], needed[1], False)
+            hidden, weight, targets, divisor, *ctx.settings, *needed[:2], False)
     return (grad_hidden.mul_(grad_loss).detach() if needed[0] else None,
             grad_weight.mul_(grad_loss).detach() if needed[1] else None,
             *[None] * 9)

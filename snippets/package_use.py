@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fusion set from the site's wheel: ``pip install qwen3_fusion-0.1.0-py3-none-any.whl``.
+"""The fusion set from the site's wheel (downloads/qwen3_fusion-0.1.0-py3-none-any.whl).
 
 The package ``qwen3_fusion`` holds the snippet files that apply_qwen3_fusion needs
 (packaged imports, nothing else changed). This runs one training step of a tiny
@@ -19,7 +19,7 @@ reference = model(input_ids=ids, labels=ids).loss.item()
 # --8<-- [start:use]
 from qwen3_fusion import apply_qwen3_fusion  # noqa: E402
 
-undo = apply_qwen3_fusion(model)  # a built model, in place; or call it before from_pretrained
+undo = apply_qwen3_fusion(model)  # in place; or call it before from_pretrained
 loss = model(input_ids=ids, labels=ids).loss
 loss.backward()
 # --8<-- [end:use]
