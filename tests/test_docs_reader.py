@@ -265,3 +265,21 @@ def test_the_site_serves_the_wheel(site):
     served = site / package_wheel.DOWNLOAD_URI
     assert served.is_file(), f"{package_wheel.DOWNLOAD_URI} is not in the built site"
     assert served.read_bytes() == package_wheel.build_wheel()
+
+
+def test_values_hook_puts_the_measured_values_in():
+    """{{ report.name }} in a page becomes the value bench.render wrote; an unknown one stops the build."""
+    hook = load_hook("values")
+    values = {"loss": {"ours_ms": "97.5 ms"}}
+    assert hook.substitute("本站 {{ loss.ours_ms }}，{{loss.ours_ms}}。`{x}` {{ x }}", values) == \
+        "本站 97.5 ms，97.5 ms。`{x}` {{ x }}"
+    with pytest.raises(KeyError, match=r"docs/x.md: no value \{\{ loss.compile_ms \}\}"):
+        hook.substitute("{{ loss.compile_ms }}", values, "docs/x.md")
+
+
+def test_every_value_a_page_names_exists():
+    """Every {{ report.name }} of every page is in docs/generated/values.json (the build would stop)."""
+    hook = load_hook("values")
+    values = hook.load()
+    for page in docs_tools.doc_pages():
+        hook.substitute(page.read_text(encoding="utf-8"), values, str(page))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pathlib
 import sys
 
@@ -69,10 +70,15 @@ def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
             artifacts[path] = text
 
     load = loader(gpu)
+    values = {}
     for module in report_modules():
         where = data_gpu(module.NAME, gpu)
         if where is not None:
-            add(module.render(loader(where)(module.NAME)), module.__name__)
+            data = loader(where)(module.NAME)
+            add(module.render(data), module.__name__)
+            if hasattr(module, "values"):
+                values[module.NAME] = module.values(data)
+    add({"values.json": json.dumps(values, indent=1, ensure_ascii=False, sort_keys=True) + "\n"}, "values")
     for module in summary_modules():
         try:
             rendered = module.render_summary(load)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import importlib.util
 import os
 import pathlib
 import re
@@ -82,7 +83,16 @@ def expand(text: str, lenient: bool = False) -> str:
     if lenient:
         config["check_paths"] = False
     md = markdown.Markdown(extensions=["pymdownx.snippets"], extension_configs={"pymdownx.snippets": config})
-    return "\n".join(md.preprocessors["snippet"].run(text.split("\n")))
+    expanded = "\n".join(md.preprocessors["snippet"].run(text.split("\n")))
+    return _values_hook().substitute(expanded, _values_hook().load())  # as docs/hooks/values.py does
+
+
+@functools.lru_cache(maxsize=1)
+def _values_hook():
+    spec = importlib.util.spec_from_file_location("values_hook", DOCS / "hooks" / "values.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclasses.dataclass
