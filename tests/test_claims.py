@@ -34,7 +34,7 @@ import docs_tools
 from bench.report import claims as summary_claims
 
 ARTICLES = ["docs/qwen3-fusion.md", "docs/triton-rmsnorm.md", "docs/triton-rmsnorm-fused-add.md",
-            "docs/qwen3-qk-rope-swiglu.md"]
+            "docs/qwen3-qk-rope-swiglu.md", "docs/qwen3-fused-loss.md"]
 LEDGERS = summary_claims.ledgers()
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 

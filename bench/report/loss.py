@@ -83,20 +83,39 @@ def table(data) -> str:
     return prose.page(tables.md_table(headers, body), "，".join(p for p in parts if p) + "。")
 
 
+TIE = 0.03  # the chunk rule: within 3 % of the fastest counts as level (single do_bench medians vary by about that)
+
+
+def default_chunk(entry: dict, cfg: dict) -> int | None:
+    """The chunk rule of snippets/linear_cross_entropy.py read off this entry's sweep: the smallest chunk whose
+    forward + backward is within TIE of the sweep's fastest (tests/test_article_claims.py holds the code to it)."""
+    times = timed(entry)
+    swept = {c: times[f"ours_c{c}"]["median_us"] for c in cfg["chunk_sweep"] if f"ours_c{c}" in times}
+    if not swept:
+        return None
+    fastest = min(swept.values())
+    return min(c for c, t in swept.items() if t <= fastest * (1 + TIE))
+
+
+SIZE_PEERS = ("compile", "liger", "hf_eager")
+
+
 def sizes_table(data) -> str:
+    """A row per hidden size: the rule's chunk, ours at it, and each peer's time ÷ ours."""
     cfg = data["config"]
-    peers = [n for n in cfg["peers"] if any(n in timed(e) for e in data["results"]["shapes"])]
     body = []
     for entry in data["results"]["shapes"]:
-        times = timed(entry)
-        if cfg["ours"] not in times:
+        chunk, times = default_chunk(entry, cfg), timed(entry)
+        if chunk is None:
             continue
-        ours = times[cfg["ours"]]["median_us"]
+        ours = times[f"ours_c{chunk}"]["median_us"]
         models = entry.get("models") or ""
-        body.append([f"{entry['label']}（{models}）" if models else entry["label"], tables.fmt(ours / 1e3),
-                     *(prose.times(times[n]["median_us"] / ours) if n in times else "—" for n in peers)])
-    headers = ["形状（Qwen3）", "本站 ms", *(f"{label(n)} ÷ 本站" for n in peers)]
-    return prose.page(tables.md_table(headers, body), "forward + backward；比值大于 1 表示本站更快。")
+        body.append([f"{entry['label']}（{models}）" if models else entry["label"], f"{chunk:,}",
+                     tables.fmt(ours / 1e3),
+                     *(prose.times(times[n]["median_us"] / ours) if n in times else "—" for n in SIZE_PEERS)])
+    headers = ["形状（Qwen3）", "chunk（token）", "本站 ms", *(f"{label(n)} ÷ 本站" for n in SIZE_PEERS)]
+    return prose.page(tables.md_table(headers, body),
+                      "forward + backward；本站取该形状下比最快的 chunk 慢不到 3% 的最小 chunk；比值大于 1 表示本站更快。")
 
 
 def chunks_table(data) -> str:
@@ -151,6 +170,54 @@ def targets_text(data) -> str:
     return "\n".join(lines) + "\n"
 
 
+def env_box(data: dict) -> str:
+    versions = data["config"].get("versions", {})
+    cce = versions.get("cut_cross_entropy")
+    note = (f"Cut Cross-Entropy：{cce}。" if cce else "") + (
+        f"torch {data['environment']['torch'].split('+')[0]} 没有 F.linear_cross_entropy（torch 2.13 起才有），这一档没有运行。")
+    return tables.env_box([data["environment"]], extra_keys=("liger_kernel",), note=note)
+
+
 def render(data: dict) -> dict[str, str]:
-    return {"loss_table.md": table(data), "loss_sizes.md": sizes_table(data), "loss_chunks.md": chunks_table(data),
+    return {"loss_env.md": env_box(data), "loss_table.md": table(data), "loss_sizes.md": sizes_table(data), "loss_chunks.md": chunks_table(data),
             "loss_targets.md": targets_text(data)}
+
+
+def _ms(us: float) -> str:
+    return f"{tables.fmt(us / 1e3)} ms"
+
+
+def _gib(nbytes) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def values(data: dict) -> dict[str, str]:
+    """The named values the fused-loss page writes into its prose ({{ loss.NAME }}), with their units."""
+    cfg, entry = data["config"], step_shape(data)
+    times = timed(entry)
+    chunk = default_chunk(entry, cfg)
+    ours = times[f"ours_c{chunk}"]["median_us"]
+    out = {"gpu": data["environment"]["gpu"].removeprefix("NVIDIA ").removesuffix(" HBM3"),
+           "torch": data["environment"]["torch"].split("+")[0], "tokens": f"{cfg['tokens']:,}",
+           "vocab": f"{cfg['vocab']:,}", "step_hidden": f"{entry['shape']['hidden']:,}",
+           "logits_gib": _gib(entry["logits_bytes"]), "chunk": f"{chunk:,}",
+           "chunk_logits_gib": _gib(chunk * cfg["vocab"] * 2), "ours_ms": _ms(ours),
+           "chunk_tie": prose.pct(TIE)}
+    for name in ("hf_eager", "compile", "liger", "cce"):
+        out[f"{name}_ms"] = _ms(times[name]["median_us"])
+        out[f"{name}_peak"] = _gib(times[name]["peak_bytes"])
+        out[f"{name}_vs_ours"] = prose.times(times[name]["median_us"] / ours)
+    out["ours_compile_peak"] = _gib(times["ours_compile"]["peak_bytes"])
+    out["ours_eager_peak"] = _gib(times[cfg["ours"]]["peak_bytes"])
+    sweep = [times[f"ours_c{c}"]["median_us"] for c in cfg["chunk_sweep"]]
+    out["smallest_chunk_vs_fastest"] = prose.times(sweep[0] / min(sweep), 1)
+    out["smallest_chunk"] = f"{cfg['chunk_sweep'][0]:,}"
+    ratios = []
+    for shape in data["results"]["shapes"]:
+        c = default_chunk(shape, cfg)
+        ratios.append(timed(shape)["compile"]["median_us"] / timed(shape)[f"ours_c{c}"]["median_us"])
+    out["compile_vs_ours_range"] = prose.times_span(ratios)
+    checked = [timed(s)[cfg["ours"]]["median_us"] / timed(s)["ours_unchecked"]["median_us"] - 1
+               for s in data["results"]["shapes"]]
+    out["check_cost_range"] = f"{100 * min(checked):+.1f}% – {100 * max(checked):+.1f}%"
+    return out

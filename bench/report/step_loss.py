@@ -80,3 +80,18 @@ def render(data: dict) -> dict[str, str]:
                              "峰值显存（GiB）", "第一步 loss"], body, "lrrrrr")
     return {"step_loss_table.md": prose.page(table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。"),
             "step_loss_targets.md": targets_text(data)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """The named values the fused-loss page writes into its prose ({{ step_loss.NAME }})."""
+    cfg, rows = data["config"], rows_by_contender(data)
+    out = {"gpu": data["environment"]["gpu"].removeprefix("NVIDIA ").removesuffix(" HBM3")}
+    for name, row in rows.items():
+        out[f"{name}_ms"] = f"{tables.fmt(row['step'], 4)} ms"
+        out[f"{name}_ci"] = f"{tables.fmt(row['lo'], 4)}–{tables.fmt(row['hi'], 4)} ms"
+        out[f"{name}_peak"] = f"{row['peak']:.1f} GiB"
+    ours, liger = rows[cfg["ours"]], rows[cfg["baseline"]]
+    out["ours_vs_liger"] = prose.times(ours["step"] / liger["step"], 3)
+    out["ours_faster_than_liger"] = prose.pct(1 - ours["step"] / liger["step"], 1)
+    out["ours_extra_peak"] = f"{ours['peak'] - liger['peak']:.1f} GiB"
+    return out
