@@ -23,9 +23,11 @@ SwiGLU and the loss change their callers' forward, which apply_qwen3_fusion does
 import json
 import pathlib
 
+# --8<-- [start:layer_imports]
 import torch
 
 from rmsnorm_triton import rms_norm
+# --8<-- [end:layer_imports]
 
 
 # --8<-- [start:layer]
@@ -60,28 +62,3 @@ def write_local_repository(path) -> pathlib.Path:
     return pathlib.Path(path)
 # --8<-- [end:repository]
 
-
-if __name__ == "__main__":
-    # --8<-- [start:demo]
-    import tempfile
-
-    from transformers import AutoModelForCausalLM, KernelConfig
-
-    from qwen3_configs import tiny_qwen3_config
-
-    # KernelConfig maps accelerators (cuda, rocm, ...): on "cpu" it raises ValueError.
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    folder = tempfile.mkdtemp()
-    AutoModelForCausalLM.from_config(tiny_qwen3_config()).save_pretrained(folder)
-    repository = write_local_repository(tempfile.mkdtemp())
-
-    model = AutoModelForCausalLM.from_pretrained(folder).to(device).train()
-    # After train(): KernelConfig maps the mode the model is in when it is given.
-    model.set_use_kernels(True, kernel_config=KernelConfig(
-        {"RMSNorm": f"{repository}:TritonRMSNorm"}, use_local_kernel=True))
-    norm = model.model.layers[0].input_layernorm
-    print("input_layernorm runs:", norm.forward.__qualname__)
-    ids = torch.randint(0, model.config.vocab_size, (2, 16), device=device)
-    print(f"loss: {model(input_ids=ids, labels=ids).loss.item():.6f}")
-    # --8<-- [end:demo]

@@ -184,14 +184,13 @@ def test_this_sites_rmsnorm_through_kernel_config(saved, tmp_path_factory, cpu_k
         assert norm.forward.__qualname__ == "TritonRMSNorm.forward"
 
 
-def test_the_layer_demo_runs(capsys, monkeypatch, cpu_kernel_config):
-    """The module's demo, as a reader runs it (in this process, under the CPU allowance above)."""
+def test_the_switch_demo_runs(capsys, cpu_kernel_config):
+    """snippets/kernel_switch_demo.py as a reader runs it (on the CPU under the allowance above)."""
     import pathlib
-    import textwrap
+    import runpy
 
-    source = pathlib.Path(qwen3_kernels_layer.__file__).read_text()
-    demo = source.split("# --8<-- [start:demo]")[1].split("# --8<-- [end:demo]")[0]
     with qwen3_patches_undone():
-        exec(textwrap.dedent(demo), vars(qwen3_kernels_layer).copy())
+        runpy.run_path(str(pathlib.Path(qwen3_kernels_layer.__file__).with_name("kernel_switch_demo.py")),
+                       run_name="__main__")
     out = capsys.readouterr().out
-    assert "TritonRMSNorm.forward" in out and "loss:" in out
+    assert "input_layernorm runs: TritonRMSNorm.forward" in out and "loss:" in out

@@ -127,6 +127,15 @@ def build_wheel(folder: pathlib.Path = SNIPPETS) -> bytes:
     return buffer.getvalue()
 
 
+def _event_priority(priority):
+    try:
+        from mkdocs.plugins import event_priority
+    except ImportError:  # building the wheel needs no MkDocs (the tests import this file too)
+        return lambda function: function
+    return event_priority(priority)
+
+
+@_event_priority(100)  # before the plugins' on_files: htmlproofer then knows the file when it checks links
 def on_files(files, config):
     """Serve the wheel at DOWNLOAD_URI (``mkdocs serve`` too)."""
     from mkdocs.structure.files import File
