@@ -2,7 +2,7 @@
 """This site's RMSNorm through transformers' kernel switch: a local kernels repository
 (qwen3_kernels_layer.py) selected with KernelConfig, applied after model.train().
 
-KernelConfig maps accelerators (cuda, rocm, ...): on "cpu" transformers raises ValueError.
+KernelConfig maps accelerators (cuda, rocm, ...): on "cpu" it raises ValueError.
 """
 import tempfile
 
