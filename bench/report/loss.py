@@ -162,7 +162,7 @@ def targets_text(data) -> str:
     met = targets(data)
     word = {True: "达到", False: "未达到", None: "未比较（有一方没有运行）"}
     times = [f"{label(k.split(':')[1])}：{word[v]}" for k, v in met.items() if k.startswith("time:")]
-    lines = [f"- 时间不超过每个对手：{'；'.join(times)}。",
+    lines = [f"- 时间不超过每个对比方案：{'；'.join(times)}。",
              f"- 峰值显存不超过 Liger：{word[met['memory:liger']]}；在 Cut Cross-Entropy 的 1.1 倍以内："
              f"{word[met['memory:cce']]}。"]
     wrong = wrong_losses(data)
