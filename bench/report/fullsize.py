@@ -236,10 +236,10 @@ def fused_add_sentence(data: dict, step_data: dict) -> str:
     f = tables.fmt
     numbers = f"{f(fused['step'], 4)} ms 对 {f(ours['step'], 4)} ms"
     if level(fused, ours, resolution):
-        return (head + f"融合版与生产版也持平（{numbers}，相差小于这套测法能分辨的 {prose.pct(resolution, 1)}）；"
+        return (head + f"融合版与本站实现也持平（{numbers}，相差小于这套测法能分辨的 {prose.pct(resolution, 1)}）；"
                 f"峰值显存 {f(fused['peak'], 3)} GiB 对 {f(ours['peak'], 3)} GiB。\n")
     ratio = fused["step"] / ours["step"]
-    return head + f"融合版比生产版{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}（{numbers}）。\n"
+    return head + f"融合版比本站实现{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}（{numbers}）。\n"
 
 
 def render_summary(load) -> dict[str, str]:

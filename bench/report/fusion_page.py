@@ -111,7 +111,7 @@ def qk_points(data) -> list[str]:
     both = shares(data, NAME_QK, "fwd_bwd")
     best = fastest(both)
     peers = {r["peer"] for r in best}
-    other = OP_LABELS[peers.pop()] if len(peers) == 1 else "最快的对手"
+    other = OP_LABELS[peers.pop()] if len(peers) == 1 else "最快的对比方案"
     first = ("QK-norm + RoPE：q、k 两边的 RMSNorm、转置和 RoPE 合成一个 kernel（backward 另有一个归约 dW 的小 kernel），"
              "forward + backward "
              + compare(best, within, other))

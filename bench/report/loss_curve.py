@@ -32,7 +32,7 @@ def gate_sentence(data: dict) -> str:
         g, c = results[v]["gate"], results[v]["control_gate"]
         control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
                    else f"对照与 HF 相差 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{precision_zh(v)}：生产版末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
+        parts.append(f"{precision_zh(v)}：本站 RMSNorm 末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
                      f"（阈值 {prose.pct(g.get('final_limit', g['final_rtol']), 3)}，{control}），"
                      f"逐步最大相对差 {prose.pct(g['max_rel_diff'], 2)}")
     return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
@@ -55,10 +55,10 @@ def render(data: dict) -> dict[str, str]:
             f"{100 * c['max_rel_diff']:.2f}", f"{100 * g['step_rtol']:g}",
         ])
     table = tables.md_table(
-        ["精度设置", "末段差：生产版 vs HF（%）", "末段差：对照 vs HF（%）", "末段阈值（%）",
-         "逐步最大相对差（%）：生产版（对照）", "判定"], rows, "lrrrrc")
+        ["精度设置", "末段差：本站 RMSNorm vs HF（%）", "末段差：对照 vs HF（%）", "末段阈值（%）",
+         "逐步最大相对差（%）：本站 RMSNorm（对照）", "判定"], rows, "lrrrrc")
     detail_table = tables.md_table(
-        ["精度设置", "末段 loss：HF（nats）", "末段 loss：生产版（nats）", "逐步最大绝对差（nats）",
+        ["精度设置", "末段 loss：HF（nats）", "末段 loss：本站 RMSNorm（nats）", "逐步最大绝对差（nats）",
          "对照逐步最大相对差（%）", "逐步阈值（%）"], detail, "lrrrrr")
     return {"loss_curve.md": prose.page(table, _caption(cfg), gate_sentence(data)),
             "loss_curve_detail.md": prose.page(detail_table, "loss 以每字节 nats 计；" + _caption(cfg)),

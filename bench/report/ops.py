@@ -105,7 +105,7 @@ def by_tie(rows, tie: float, ratio=lambda r: r["ratio"]) -> tuple[list, list, li
             [r for r in rows if ratio(r) <= 1 - tie])
 
 
-def compare_sentence(rows, tie: float, subject="生产版", other="最快的对手") -> str:
+def compare_sentence(rows, tie: float, subject="本站实现", other="最快的对比方案") -> str:
     """How ``subject`` compares with ``other`` over the shapes (``rows``: label, ratio = other's time ÷
     subject's, and the peer's id where ``other`` is the fastest of several): faster, level (within
     ``tie``, the run's tie rule) or slower, and where."""

@@ -133,7 +133,7 @@ def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host:
     if "compile" in ok:
         text = f"能编译就先用 torch.compile：{geometry_zh(step)}的一步是 HF eager 的 {prose.times(ok['compile']['speedup'])}"
         if both_compiled:
-            text += ("；把生产版放进编译过的层里，一步"
+            text += ("；把本站实现放进编译过的层里，一步"
                      + ("再快" if step_faster(ok["triton_compile"], ok["compile"], cfg) else "不再更快")
                      + f"（{prose.times(ok['triton_compile']['speedup'])}）")
         points.append(text + "。")
@@ -143,13 +143,13 @@ def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host:
                       + _full_liger(full, cfg.get("resolution") or 0.0) + "。")
     fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
     level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
-    fwd_vs_peer = (f"与最快的对手持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
-                   else f"与最快的对手持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
+    fwd_vs_peer = (f"与最快的对比方案持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
+                   else f"与最快的对比方案持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
                    else rmsnorm.compare(rms, fwd))
     text = (f"不编译时，手写的价值在 backward：forward 达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
             f"{fwd_vs_peer}；forward + backward ")
     if all(r["ratio"] > 1 for r in both):
-        text += (f"在全部 {len(both)} 个形状上最快，最快的对手用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
+        text += (f"在全部 {len(both)} 个形状上最快，最快的对比方案用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
     else:
         text += rmsnorm.compare(rms, both)
     text += _host_clause(host)
@@ -206,7 +206,7 @@ def survey(rms: dict, step: dict) -> str:
         if key:
             parts = []
             if op_name[key] in op:
-                parts.append(f"RMSNorm fwd+bwd 用时是生产版的 {op[op_name[key]] / ours:.2f} 倍")
+                parts.append(f"RMSNorm fwd+bwd 用时是本站实现的 {op[op_name[key]] / ours:.2f} 倍")
             step_key = {"liger": "liger", "compile": "compile", "torch_rms_norm": "torch_rmsnorm"}.get(key)
             if step_key in ok and base:
                 parts.append(f"一步 {prose.times(ok[step_key]['speedup'])}")
@@ -225,7 +225,7 @@ def torch_rms_norm_sentence(rms: dict) -> str:
     narrow = [s for s in shapes if s["width"] <= 128]
     wide = [s for s in shapes if s["width"] > 128]
     q = max(narrow, key=lambda s: s["rows"])
-    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是生产版的 "
+    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是本站实现的 "
             f"{prose.times_span((ratio[id(s)] for s in wide), 1)} 倍，{narrow[0]['width']} 宽的 q/k norm 行上是 "
             f"{prose.times_span((ratio[id(s)] for s in narrow), 1)} 倍"
             f"（q_norm 的 {q['rows']}×{q['width']}：{tables.fmt(q['fwd']['torch_rms_norm']['median_us'])} µs 对 "
@@ -256,11 +256,11 @@ def conclusion(rms: dict, step: dict) -> str:
     peers = {n: op[n] for n in rmsnorm.config(rms)["peers"] if n in op}
     best = min(peers, key=peers.get)
     ours = op[rmsnorm.config(rms)["ours"]]
-    text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
-            f"最快的对手 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
+    text = (f"H=4096 的 RMSNorm forward + backward：本站实现 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
+            f"最快的对比方案 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
     mine = ok.get(cfg["ours"])
     if base and mine:
-        text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
+        text += (f"；放进 {geometry_zh(step)}的训练 step，本站实现把 step 从 {f(base['step'], 4)} ms "
                  f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
                  f"（{prose.times(mine['speedup'])}）")
         faster = [t for t in ("compile", "liger") if t in ok and step_faster(ok[t], mine, cfg)]
@@ -268,7 +268,7 @@ def conclusion(rms: dict, step: dict) -> str:
             text += (f"，{_names(faster)}更快"
                      f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
         if "triton_compile" in ok and "compile" in ok:
-            text += "；生产版 + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
+            text += "；本站 RMSNorm + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
                                                                "单独的 torch.compile ")
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
                f"训练 step 列：{geometry_zh(step)}，B={step['config']['batch']}，T={step['config']['seq_len']}，"
@@ -288,7 +288,7 @@ def fusion_set_bullet(fusion_step: dict) -> str:
     f = tables.fmt
     return (f"- **整套融合（[番外二](qwen3-qk-rope-swiglu.md)）：** RMSNorm、残差加法、QK-norm + RoPE、SwiGLU 一起换上，"
             f"step {f(ours['step'], 4)} ms，"
-            + step_relation(ours, base, cfg, "只换 RMSNorm 的生产版")
+            + step_relation(ours, base, cfg, "只换 RMSNorm 的本站实现")
             + "；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
 
 

@@ -205,10 +205,10 @@ def test_fused_add_sentence_is_level_unless_resolved():
 
     full, step = copy.deepcopy(store.load("fullsize")), store.load("step")
     text = fs.fused_add_sentence(full, step)
-    assert "融合版与生产版也持平" in text and text.endswith("。\n")
+    assert "融合版与本站实现也持平" in text and text.endswith("。\n")
     fused = full["results"]["triton_fused_add"]
     fused["median_ms"] *= 0.95
     fused["ci95_ms"] = [v * 0.95 for v in fused["ci95_ms"]]
-    assert "融合版比生产版快" in fs.fused_add_sentence(full, step)
+    assert "融合版比本站实现快" in fs.fused_add_sentence(full, step)
     fused["status"] = "error"
     assert "没有跑成" in fs.fused_add_sentence(full, step)

@@ -15,7 +15,7 @@ def test_renders_from_the_fixture_and_the_quick_run(quick_loss_curve):
         assert set(rendered) == {"loss_curve.md", "loss_curve_detail.md", "loss_curve.svg"}
         check_artifacts(rendered)
         assert takeaway(rendered["loss_curve.md"]).startswith(f"{data['config']['steps']} 步训练，")
-        assert "生产版 − HF" in plots.svg_texts(rendered["loss_curve.svg"])
+        assert "本站 RMSNorm − HF" in plots.svg_texts(rendered["loss_curve.svg"])
 
 
 def test_the_sentence_names_a_failed_gate():

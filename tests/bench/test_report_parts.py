@@ -48,8 +48,8 @@ def test_comparison_words_follow_the_data_and_the_tie_rule():
     rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
             {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
     text = compare_sentence(rows, 0.01)
-    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平（相差不到 1%）" in text
-    assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
+    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对比方案持平（相差不到 1%）" in text
+    assert "在 k_norm 上比最快的对比方案（torch.compile(HF)）慢 25%" in text
     assert "全部" in compare_sentence([dict(r, ratio=1.5) for r in rows], 0.01)
     assert "（相差不到 2%）" in compare_sentence([dict(r, ratio=1.015) for r in rows], 0.02)
 
@@ -167,7 +167,7 @@ def test_plots_take_each_contender_s_colour_from_names(report, name, monkeypatch
     labels = set(plots.svg_texts(svg))
     every = [pair for table in (names.OP_LABELS, names.TRAINING_LABELS, names.LOSS_CURVE_LEGEND)
              for pair in table.items()]
-    legend = {c for c, label in every if label in labels or f"最快的对手：{label}" in labels}
+    legend = {c for c, label in every if label in labels or f"最快的对比方案：{label}" in labels}
     assert legend <= drawn, f"{name}: {sorted(legend - drawn)} in the legend, not in their names.COLOURS colour"
 
 

@@ -58,10 +58,10 @@ def test_the_forward_tables_have_no_transposed_dy_row(committed):
                line.startswith("| q_norm") or line.startswith("| k_norm")]
     shapes = len(committed["results"]["shapes"])
     assert len(forward) == shapes - len(twin)
-    assert takeaway(rendered["rmsnorm_fwd.md"]).startswith(f"forward：生产版在 {shapes - len(twin)} 个形状上")
+    assert takeaway(rendered["rmsnorm_fwd.md"]).startswith(f"forward：本站实现在 {shapes - len(twin)} 个形状上")
     assert "| q_norm（dy 转置） |" in rendered["rmsnorm_fwdbwd.md"] and "| q_norm（dy 转置） |" in \
         rendered["rmsnorm_fwdbwd_all.md"]
-    assert takeaway(rendered["rmsnorm_fwdbwd.md"]).startswith(f"forward + backward：生产版在 {shapes} 个形状上")
+    assert takeaway(rendered["rmsnorm_fwdbwd.md"]).startswith(f"forward + backward：本站实现在 {shapes} 个形状上")
     # a transposed-dy shape with no contiguous twin is a forward shape of its own
     alone = [dict(twin[0], rows=twin[0]["rows"] + 1)]
     assert forward_shapes(alone) == alone

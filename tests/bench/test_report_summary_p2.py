@@ -98,7 +98,7 @@ def test_keypoints_say_what_the_data_says(artifacts, data):
     fwd_peers = [min(v["median_us"] for n, v in s["fwd"].items() if n not in ("triton", "naive", "hf"))
                  / s["fwd"]["triton"]["median_us"] for s in rms["results"]["shapes"]]
     if max(fwd_peers) <= 1.02 and min(fwd_peers) < 0.98:  # level or behind: how far behind, at most
-        assert f"与最快的对手持平或最多慢 {100 * max(1 / r - 1 for r in fwd_peers):.0f}%" in bullets[2]
+        assert f"与最快的对比方案持平或最多慢 {100 * max(1 / r - 1 for r in fwd_peers):.0f}%" in bullets[2]
     assert f"HF eager 的 {speed['triton']:.2f}×" in bullets[2] and f"F.rms_norm {speed['torch_rmsnorm']:.2f}×" in bullets[2]
 
     res = loss["results"]
@@ -126,7 +126,7 @@ def test_torch_rms_norm_sentence(artifacts, data):
     ratios = {s["label"]: s["fwd"]["torch_rms_norm"]["median_us"] / s["fwd"]["triton"]["median_us"] for s in shapes}
     narrow = [r for label, r in ratios.items() if "norm" in label]
     wide = [r for label, r in ratios.items() if label.startswith("H=")]
-    assert f"生产版的 {min(wide):.1f}–{max(wide):.1f} 倍" in text
+    assert f"本站实现的 {min(wide):.1f}–{max(wide):.1f} 倍" in text
     assert f"q/k norm 行上是 {min(narrow):.1f}–{max(narrow):.1f} 倍" in text
     assert min(narrow) > 4 and max(wide) < 1.5  # a few times slower on the narrow rows only
 
@@ -137,8 +137,8 @@ def test_conclusion_table(artifacts, data):
     assert header == ["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
                       "峰值显存（GiB）"]
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")][2:]
-    assert rows == ["HF eager", "F.rms_norm", "torch.compile(HF)", "Liger", "生产版", "生产版 + torch.compile"]
-    last = next(line for line in text.splitlines() if line.startswith("| 生产版 + torch.compile"))
+    assert rows == ["HF eager", "F.rms_norm", "torch.compile(HF)", "Liger", "本站实现", "本站 RMSNorm + torch.compile"]
+    last = next(line for line in text.splitlines() if line.startswith("| 本站 RMSNorm + torch.compile"))
     assert last.split("|")[2].strip() == "—"  # no op-level number for a whole-model setting
     assert "全套补丁" in text  # the Liger step row is the full Qwen3 patch, and the caption says so
     tiers = data["step"]["results"]
@@ -153,7 +153,7 @@ def test_log_outcome_parsing():
         == "门限：fp32 权重 + bf16 autocast 通过，bf16 权重未通过"
     assert summary_p2.log_outcome("  [fsdp2] amp/fused: ERROR ValueError: z\n  [fsdp2] amp/triton: gate PASSED: x\n"
                                   "  [fsdp2] bf16/fused: gate FAILED: y") \
-        == "门限：fp32 权重 + bf16 autocast 融合残差加 + RMSNorm 出错，fp32 权重 + bf16 autocast 生产版 RMSNorm 通过，" \
+        == "门限：fp32 权重 + bf16 autocast 融合残差加 + RMSNorm 出错，fp32 权重 + bf16 autocast 本站 RMSNorm 通过，" \
            "bf16 权重 融合残差加 + RMSNorm 未通过"
     assert summary_p2.log_outcome("no summary here") == ""
 
@@ -173,8 +173,8 @@ def test_fused_add_keypoints_box(quick_fused_add):
     assert len(lines[2:]) == 6 and all(line.endswith("。") for line in lines[2:])
     assert lines[2].startswith("    - 已经在用 torch.compile 就不必手写")  # what to do first
     assert "从 5 遍降到 4 遍" in lines[3] and "从 6 遍降到 4 遍" in lines[3]
-    assert lines[4].startswith("    - 单算子 forward 按字节") and "单算子与最快的对手" in lines[6]
-    assert "把残差加法也融合进 RMSNorm" in lines[7] and "比生产版" in lines[7]
+    assert lines[4].startswith("    - 单算子 forward 按字节") and "单算子与最快的对比方案" in lines[6]
+    assert "把残差加法也融合进 RMSNorm" in lines[7] and "比本站 RMSNorm" in lines[7]
     assert lines[7].startswith("    - 换进训练：")  # the fixture's step is not level: no "几乎无感"
 
 
