@@ -267,7 +267,7 @@ def misses_sentence(data) -> str:
         if f["no_result"]:
             parts.append(f"融合版在 {_widths(f['no_result'])} 上没有结果")
         clauses.append(f"{PHASES[phase]}：" + "；".join(parts))
-    return f"未达目标的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
+    return f"较慢的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
 
 
 def _plot(data) -> str:

@@ -239,7 +239,7 @@ def _all_plot(data) -> str:
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
         ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(cfg['dtype'])}，{cfg['rows']} 行；"
-                     f"点线：目标 {prose.pct(target)}（H ≥ {cfg['target_from_width']}）", loc="left")
+                     f"点线：{prose.pct(target)}（H ≥ {cfg['target_from_width']}）", loc="left")
     _width_axis(axes[0], widths, label=False)
     _width_axis(axes[1], widths)
     fig.supylabel("有效带宽（占拷贝上限 %）", x=0.05, fontsize=10)
