@@ -164,6 +164,11 @@ def test_ridge_sentence_reads_papers_one_data():
                             "points": [{"name": "RMSNorm", "fused": {"flops": 10, "bytes": 20}}]}}
     assert summary_p2.ridge_sentence(roofline) == \
         "H200 的屋脊点实测约为 159 FLOP/字节（篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
+    # another run's higher matmul rate (fullsize.json's 8192³ GEMM): the ridge point is a range
+    fullsize = {"config": {"gemm_ceiling_tflops": 800.0}}
+    assert summary_p2.ridge_sentence(roofline, fullsize) == \
+        "H200 的屋脊点实测在 159–200 FLOP/字节之间（随那次运行的矩阵乘吞吐而变，篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
+    assert summary_p2.ridge_sentence(roofline, {"config": {"gemm_ceiling_tflops": 600.0}}).startswith("H200 的屋脊点实测约为 159")
 
 
 def test_fused_add_keypoints_box(quick_fused_add):
