@@ -88,6 +88,10 @@ FUSION_LABELS = {"eager": "HF eager", "fused": "torch.compile", "flash": "sdpa�
 
 # ---------------------------------------------------------------- what is measured
 
+# A GPU's dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from its datasheet: the denominator of MFU
+# (NVIDIA H200 datasheet: 1,979 TFLOP/s with 2:4 sparsity, half of it dense). Not a measurement.
+DENSE_BF16_PEAK_TFLOPS = {"NVIDIA H200": 989.0}
+
 PHASES = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 PRECISIONS = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}  # the loss gate's settings
 GRAPHS = {"forward": "前向", "backward": "反向"}  # an Inductor graph
