@@ -85,7 +85,7 @@ def table(data, kernel, phase) -> str:
                    if ranked else "") + "。")
     caption = (f"bf16，{data['config']['tokens']} 个 token（B=4，T=4096）。时间为每次调用的 GPU 时间：CUDA graph "
                f"重放、轮换输入（不复用 L2）的中位数；比值大于 1 表示本站更快。字节按最少计（{MOVED[kernel][phase]}）；"
-               f"拷贝上限为 {ceiling_text(flat(data['results'])).removeprefix('本次测得最快的设备内拷贝：')}。")
+               f"拷贝上限为{ceiling_text(flat(data['results']))}。")
     return prose.page(table, caption, takeaway)
 
 
