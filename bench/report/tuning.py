@@ -147,7 +147,9 @@ def programs_sentence(data) -> str:
     one = counts[0]
     beat_one = [c for c in counts[1:] if all(b[c] < b[one] for b in bests)]
     lag = [b[one] / min(b.values()) - 1 for b in bests]
-    text = (f"backward 里，每个 SM 只放 {one} 个常驻 program，在扫过的 {len(entries)} 个行宽上都慢于"
+    text = ("backward 里，若每种 program 数各取自己最快的 BLOCK_ROWS 与 num_warps"
+            "（上图的折线把这两个参数固定在本站实现的选择上，读数会不同），"
+            f"每个 SM 只放 {one} 个常驻 program，在扫过的 {len(entries)} 个行宽上都慢于"
             + "和".join(f"放 {c} 个" for c in beat_one) + f"，比该行宽最快的配置慢 {prose.pct_span(lag)}")
     slower = [(e, c) for e, b in zip(entries, bests) for c in counts[1:] if b[c] > b[one]]
     if slower:
