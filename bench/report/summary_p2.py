@@ -206,14 +206,16 @@ def survey(rms: dict, step: dict) -> str:
         if key:
             parts = []
             if op_name[key] in op:
-                parts.append(f"RMSNorm fwd+bwd 用时是本站实现的 {op[op_name[key]] / ours:.2f} 倍")
+                parts.append(f"RMSNorm fwd+bwd {tables.fmt(op[op_name[key]])} µs")
             step_key = {"liger": "liger", "compile": "compile", "torch_rms_norm": "torch_rmsnorm"}.get(key)
             if step_key in ok and base:
                 parts.append(f"一步 {prose.times(ok[step_key]['speedup'])}")
             figure = "；".join(parts) or figure
         rows.append([name, fuses, limits, figure])
-    caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间；一步：{geometry_zh(step)}，"
-               f"相对 HF eager；Liger 的一步用全套补丁。")
+    caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间"
+               + (f"（同一形状上 HF eager 是 {tables.fmt(op['hf'])} µs，本站实现是 {tables.fmt(ours)} µs）"
+                  if "hf" in op else f"（本站实现是 {tables.fmt(ours)} µs）")
+               + f"；一步：{geometry_zh(step)}，相对 HF eager；Liger 的一步用全套补丁。")
     takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack、transformers 的 kernel hub 和手写几条路。"
     return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption, takeaway)
 
