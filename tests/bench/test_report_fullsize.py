@@ -208,6 +208,10 @@ def test_fused_add_sentence_is_level_unless_resolved():
     full, step = copy.deepcopy(store.load("fullsize")), store.load("step")
     text = fs.fused_add_sentence(full, step)
     assert "融合版与本站实现也持平" in text and text.endswith("。\n")
+    peak = {c: full["results"][c]["peak_gib"] for c in ("triton_fused_add", "triton")}
+    more = peak["triton_fused_add"] - peak["triton"]
+    assert f"峰值显存{'反而多' if more > 0 else '少'} {abs(more):.1f} GiB" in text  # the difference in words
+    assert fs.memory_clause({"peak": 62.12}, {"peak": 62.1}) == "；峰值显存相同（62.1 GiB 对 62.1 GiB）"
     fused = full["results"]["triton_fused_add"]
     fused["median_ms"] *= 0.95
     fused["ci95_ms"] = [v * 0.95 for v in fused["ci95_ms"]]
