@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
+from bench.report.ops import (at, bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
                               forward_shapes, rows_caption, shape_label, size)
 
 NAME = "rmsnorm"
@@ -164,8 +164,24 @@ def _rstd_table(data):
     return prose.page(table, caption)
 
 
+def rstd_sentence(data) -> str:
+    """篇2 §5.4: recomputing rstd in the backward against saving it, per shape, by the run's tie rule."""
+    entries, within = data["results"]["rstd"], tie(data["config"])
+    rows = [{"label": shape_label(r), "ratio": r["saved_us"] / r["recomputed_us"]} for r in entries]
+    faster, tied, slower = by_tie(rows, within)  # ratio > 1: recomputing is faster
+    clauses = []
+    if tied:
+        clauses.append(f"{at(r['label'] for r in tied)}与保存持平（相差不到 {prose.pct(within)}）")
+    clauses += [f"{at([r['label']])}{'快' if r in faster else '慢'} {prose.pct(abs(1 / r['ratio'] - 1), 1)}"
+                for r in rows if r not in tied]
+    spread = max(abs(1 / r["ratio"] - 1) for r in rows)
+    verdict = ("：两种做法互有快慢，差别都不超过 " if faster and slower else "，差别都不超过 ") + prose.pct(spread, 1)
+    return "只看 backward，重算 rstd " + "，".join(clauses) + (verdict if faster or slower else "") + "。\n"
+
+
 def render(data: dict) -> dict[str, str]:
     out = {
+        "rmsnorm_rstd_sentence.md": rstd_sentence(data) if data["results"].get("rstd") else None,
         "rmsnorm_fwd.md": _table(data, "fwd"),
         "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
         "rmsnorm_fwd_all.md": _all_table(data, "fwd"),
