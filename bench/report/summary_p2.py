@@ -99,6 +99,10 @@ def _full_liger(full: dict | None, resolution: float) -> str:
     if both:
         text += f"，再换上本站 RMSNorm 是 {prose.times(both['speedup'])}"
         text += "（与它持平）" if fullsize.level(both, liger, resolution) else ""
+    if base.get("peak") is not None and liger.get("peak") is not None:  # the memory claim at full size
+        only = "只" if base["peak"] - liger["peak"] < 0.1 * base["peak"] else ""
+        text += (f"，峰值显存{only}从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(liger['peak'], 3)} GiB"
+                 f"（少 {base['peak'] - liger['peak']:.1f} GiB）")
     return text
 
 
@@ -140,6 +144,7 @@ def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host:
     if "liger" in ok and base and ok["liger"]["peak"] is not None and base["peak"] is not None:
         points.append(f"要换掉整套算子、省下 logits 的显存，用 Liger 的全套补丁：一步 {prose.times(ok['liger']['speedup'])}，"
                       f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
+                      "（8 层、不含优化器）"
                       + _full_liger(full, cfg.get("resolution") or 0.0) + "。")
     fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
     level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
