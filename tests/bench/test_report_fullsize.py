@@ -229,3 +229,14 @@ def test_mfu_is_against_the_dense_bf16_peak_and_the_caption_says_so(committed):
     assert f"同一次运行实测的 8192³ bf16 矩阵乘是 {tables.fmt(data['config']['gemm_ceiling_tflops'])} TFLOP/s" in text
     eager = next(r for r in report.rows(data) if r["contender"] == "eager")
     assert eager["mfu"] == data["results"]["eager"]["model_tflops"] / 989.0
+
+
+def test_the_full_model_beats_the_8_layer_amdahl_bound():
+    """篇2 §6.2: the 8-layer step's Amdahl bound for RMSNorm (step ÷ (step − RMSNorm), HF eager, no optimizer) is
+    no ceiling for the full model: swapping only RMSNorm there gains more than that bound."""
+    from bench import store
+    from bench.report import step as step_report
+
+    full, step = store.load("fullsize")["results"], store.load("step")
+    eager = next(r for r in step_report.contender_rows(step) if r["contender"] == "eager")
+    assert eager["bound"] and full["eager"]["median_ms"] / full["triton"]["median_ms"] > eager["bound"]
