@@ -335,12 +335,16 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
 
 
 def versions_note(envs: list[dict]) -> str:
-    """The 实验环境 box's last line: the comparisons hold for the torch the data name, and
-    where to read what changed after it."""
+    """The 实验环境 box's last line: the comparisons hold for the torch (and transformers) the data name; what
+    newer releases do to the reader's baseline (transformers 5.25's hub kernels, torch 2.13's F.rms_norm), and
+    where to read more."""
     torch_versions = sorted({str(e["torch"]).split("+")[0] for e in envs if e.get("torch")})
-    return (f"各项对比只在 torch {'、'.join(torch_versions)} 上测过；之后的变化，如 torch 2.13 起 "
-            "`F.rms_norm` 在 Hopper 上可能改走 PyTorch 内置的 quack kernel，见"
-            "[测法页](triton-rmsnorm-methods.md#torch-与-triton-的版本)。")
+    hf_versions = sorted({str(e["transformers"]) for e in envs if e.get("transformers")})
+    on = f"torch {'、'.join(torch_versions)}" + (f"、transformers {'、'.join(hf_versions)}" if hf_versions else "")
+    return (f"各项对比只在 {on} 上测过；新版本会换掉你的基线。transformers 5.25 起 `from_pretrained` 默认启用 kernel hub，"
+            "训练时在 CUDA 上把 RMSNorm 换成 Hub 上的 LigerRMSNorm，这时的“HF”更接近本文的 Liger 一档"
+            "（`use_kernels=False` 换回 HF 原版）；torch 2.13 起 `F.rms_norm` 在 Hopper 上可能改走 PyTorch 内置的 quack "
+            "kernel，要对照本文的 quack 一档。详见[测法页](triton-rmsnorm-methods.md#torch-与-triton-的版本)。")
 
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}

@@ -189,10 +189,27 @@ def test_fused_add_keypoints_box(quick_fused_add):
 def test_the_env_box_says_which_torch_the_comparisons_hold_for():
     """The 实验环境 box's last line names the torch of the data (without its local label) and
     links to where the methods page says what changed after it."""
-    envs = [{"torch": "2.11.0+cu130"}, {"torch": "2.11.0+cu130"}, {"torch": "2.12.1"}, {}]
+    envs = [{"torch": "2.11.0+cu130", "transformers": "5.17.0"}, {"torch": "2.11.0+cu130"}, {"torch": "2.12.1"}, {}]
     note = summary_p2.versions_note(envs)
-    assert note.startswith("各项对比只在 torch 2.11.0、2.12.1 上测过；")
+    assert note.startswith("各项对比只在 torch 2.11.0、2.12.1、transformers 5.17.0 上测过；")
     assert "(triton-rmsnorm-methods.md#torch-与-triton-的版本)" in note
+    # what newer releases do to the reader's baseline, and which row of the article to compare with instead
+    assert "更接近本文的 Liger 一档" in note and "要对照本文的 quack 一档" in note
+
+
+def test_transformers_5_25_maps_rmsnorm_to_liger_for_training_by_default():
+    """The env box's claim about transformers 5.25, read in its source where that version is on disk (the
+    folder the CPU suite installs it into): from_pretrained turns kernels on unless told not to, and the hub
+    map sends RMSNorm to LigerRMSNorm for training on CUDA."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2] / ".venv" / "transformers-5.25.0" / "transformers"
+    if not root.is_dir():
+        pytest.skip("transformers 5.25.0 is not installed under .venv/")
+    hub = (root / "integrations" / "hub_kernels.py").read_text(encoding="utf-8").splitlines()
+    assert '("RMSNorm", "LigerRMSNorm", ("cuda", "rocm"), (Mode.TRAINING, Mode.INFERENCE)),' in hub[232]
+    utils = (root / "modeling_utils.py").read_text(encoding="utf-8").splitlines()
+    assert utils[4421].strip() == "elif use_kernels is None:" and utils[4422].strip() == "use_kernels = True"
 
 
 def test_liger_memory_is_scoped_to_its_setting(artifacts):
