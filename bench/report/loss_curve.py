@@ -38,6 +38,17 @@ def gate_sentence(data: dict) -> str:
     return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
 
 
+def margin_sentence(data: dict) -> str:
+    """The per-step gate's margin on this GPU: the largest per-step difference from HF of the correct control
+    and of ours, over every precision setting, and the threshold as a multiple of ours."""
+    cfg, results = data["config"], data["results"]
+    limit = cfg["gate"]["step_rtol"]
+    ours = max(results[v]["gate"]["max_rel_diff"] for v in cfg["variants"])
+    control = max(results[v]["control_gate"]["max_rel_diff"] for v in cfg["variants"])
+    return (f"正确的对照组逐步最多与 HF 差 {prose.pct(control, 2)}，本站 RMSNorm 最多差 {prose.pct(ours, 2)}，"
+            f"每步 {prose.pct(limit)} 的阈值只是后者的 {limit / ours:.2f} 倍。\n")
+
+
 def render(data: dict) -> dict[str, str]:
     cfg, results = data["config"], data["results"]
     f = tables.fmt
@@ -62,7 +73,7 @@ def render(data: dict) -> dict[str, str]:
          "对照逐步最大相对差（%）", "逐步阈值（%）"], detail, "lrrrrr")
     return {"loss_curve.md": prose.page(table, _caption(cfg), gate_sentence(data)),
             "loss_curve_detail.md": prose.page(detail_table, "loss 以每字节 nats 计；" + _caption(cfg)),
-            "loss_curve.svg": _plot(data)}
+            "loss_curve_margin.md": margin_sentence(data), "loss_curve.svg": _plot(data)}
 
 
 def _plot(data: dict) -> str:
