@@ -536,6 +536,10 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps: float = 1e-6):
 
 
 if __name__ == "__main__":
+    # --8<-- [start:tile_imports]
+    from qk_norm_rope import _head_rows, _load_halves, _product, _round, _store_halves
+    # --8<-- [end:tile_imports]
+
     from transformers.models.qwen3.modeling_qwen3 import (
         Qwen3RMSNorm, Qwen3RotaryEmbedding, apply_rotary_pos_emb)
 

@@ -392,6 +392,10 @@ def qwen3_mlp_forward(mlp: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 if __name__ == "__main__":
+    # --8<-- [start:kernel_imports]
+    from swiglu import _div_rn, _rounded, _silu, _store_rows
+    # --8<-- [end:kernel_imports]
+
     # --8<-- [start:demo]
     from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 

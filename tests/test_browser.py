@@ -434,10 +434,10 @@ def test_articles_read_at_desktop_width(light_desktop_visits, built_site):
 
 
 def test_plot_text_sizes_are_read_from_the_svg():
-    svg = ('<svg width="200pt" viewBox="0 0 200 100">\n <g id="text_1">\n  <!-- 生产版 -->\n'
+    svg = ('<svg width="200pt" viewBox="0 0 200 100">\n <g id="text_1">\n  <!-- 本站实现 -->\n'
            '  <g style="fill: #777" transform="translate(1 2) rotate(-90) scale(0.08 -0.08)">\n'
            '<g id="text_2">\n <!-- a &amp; b -->\n <g transform="translate(3 4) scale(0.1 -0.1)">')
-    assert svg_text_sizes(svg) == (200.0, [("生产版", 8.0), ("a & b", 10.0)])
+    assert svg_text_sizes(svg) == (200.0, [("本站实现", 8.0), ("a & b", 10.0)])
 
 
 def test_chinese_search_finds_pages(browser, server):

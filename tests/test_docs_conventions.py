@@ -11,9 +11,12 @@
 * Mermaid diagrams use the one HF pastel palette and only the classes it defines.
 * The palette is the same in docs/assets/stylesheets/palette.css,
   docs/assets/mermaid/hf-pastel.mmd and bench/report/names.py.
+* The pages speak the field's words, not the house's: none of ``HOUSE_WORDS`` appears in
+  docs/**/*.md, in docs/generated/ or in a string of bench/report/*.py (which writes page text).
 """
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 
@@ -256,3 +259,65 @@ def test_collector_normalises_captions_only_outside_other_fences():
     assert normalised.split("\n")[0] == "```python"
     assert normalised.split("\n")[4] == '```python title="shown"'
     assert list(found) == [1] and found[1].title == "snippets/x.py"
+
+
+# ------------------------------------------------------------------ the field's words
+
+# The house's words and what the field says instead (the editorial guide's table of terms).
+HOUSE_WORDS = {
+    "生产版": "本站实现, or the kernel's own name (本站的 RMSNorm kernel)",
+    "对手": "对比方案 or 基线",
+    "出货": "发布 or 采用",
+    "梯子": "配置表",
+    "账本": "论断与证据表",
+    "起伏": "波动, or rewrite the sentence",
+}
+REPORTS = docs_tools.ROOT / "bench" / "report"
+# Report modules whose strings another piece of work rewrites; each names why it is waived.
+HOUSE_WORDS_WAIVED = {
+    "loss.py": "the fused lm_head + cross-entropy report is rewritten by its owner (issue 45 leaves it to them)",
+}
+
+
+def house_words(text: str, name: str) -> list[str]:
+    """'name:line: word (use ...)' for every house word in ``text``."""
+    return [f"{name}:{lineno}: {word!r} (use {instead})"
+            for lineno, line in enumerate(text.split("\n"), 1)
+            for word, instead in HOUSE_WORDS.items() if word in line]
+
+
+def python_strings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string constant of a module: docstrings, literals, f-string parts."""
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def house_word_problems() -> list[str]:
+    problems = []
+    for path in sorted(docs_tools.DOCS.rglob("*")):
+        if path.is_file() and (path.suffix == ".md" or "generated" in path.relative_to(docs_tools.DOCS).parts):
+            name = path.relative_to(docs_tools.ROOT).as_posix()
+            problems += house_words(path.read_text(encoding="utf-8"), name)
+    for path in sorted(REPORTS.glob("*.py")):
+        if path.name in HOUSE_WORDS_WAIVED:
+            continue
+        name = path.relative_to(docs_tools.ROOT).as_posix()
+        for lineno, text in python_strings(path.read_text(encoding="utf-8")):
+            problems += [f"{name}:{lineno}: {p.split(': ', 1)[1]}" for p in house_words(text, name)]
+    return problems
+
+
+def test_pages_and_report_strings_use_the_fields_words():
+    problems = house_word_problems()
+    if problems:
+        pytest.fail(f"{len(problems)} house word(s) on the pages or in the text bench/report/ writes:\n"
+                    + "\n".join(problems), pytrace=False)
+
+
+def test_house_word_rule():
+    assert house_words("本站实现更快\n生产版更快，对手慢", "a.md") == [
+        "a.md:2: '生产版' (use 本站实现, or the kernel's own name (本站的 RMSNorm kernel))",
+        "a.md:2: '对手' (use 对比方案 or 基线)"]
+    source = '"""模块说明：账本。"""\nx = f"{1}梯子"  # 起伏 in a comment is no string\n'
+    assert [(n, t) for n, t in python_strings(source)] == [(1, "模块说明：账本。"), (2, "梯子")]
+    assert set(HOUSE_WORDS_WAIVED) <= {p.name for p in REPORTS.glob("*.py")}

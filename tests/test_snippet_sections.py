@@ -14,7 +14,7 @@ import pytest
 from pyflakes import checker, messages
 
 SNIPPETS = pathlib.Path(__file__).resolve().parents[1] / "snippets"
-CHAINS = {  # what the pages of 篇 2 and its companion page include, in order
+CHAINS = {  # what the pages of 篇 2 and its companion pages include, in order
     "forward kernel": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "tile"),  # 篇 2 §4.3
                        ("rmsnorm_triton", "fwd_imports"), ("rmsnorm_triton", "fwd_kernel")],
     "backward kernel, launcher and check": [  # 篇 2 §5.4: the helpers come from the file
@@ -29,6 +29,11 @@ CHAINS = {  # what the pages of 篇 2 and its companion page include, in order
     "fused helpers": [("rmsnorm_triton", "imports"), ("rmsnorm_triton", "fused_helpers")],
     "fused op": [("rmsnorm_fused_add", "imports"), ("rmsnorm_fused_add", "autograd"),
                  ("rmsnorm_fused_add", "module"), ("rmsnorm_fused_add", "usage")],
+    # 番外二 §三, §四: the file's imports, then its helpers imported from the file, then the kernel
+    "QK forward tile": [("qk_norm_rope", "imports"), ("qk_norm_rope", "tile_imports"),
+                        ("qk_norm_rope", "fwd_tile")],
+    "SwiGLU backward kernel": [("swiglu", "imports"), ("swiglu", "kernel_imports"),
+                               ("swiglu", "bwd_kernel")],
 }
 MARKER = re.compile(r"^\s*# --8<-- \[(start|end):(\w+)\]\s*$")
 

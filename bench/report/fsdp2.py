@@ -51,7 +51,7 @@ def _ok(data: dict, variant: str) -> list[str]:
 
 
 def _where(variant: str, contender: str) -> str:
-    """'bf16 权重下的生产版 RMSNorm'."""
+    """'bf16 权重下的本站 RMSNorm'."""
     return prose.glue(precision_zh(variant), "下的") + TRAINING_LABELS[contender]
 
 

@@ -64,7 +64,7 @@ def _takeaway(data, phase, rows) -> str:
     baseline = config(data)["baseline"]
     unfused = [r["ratios"][baseline] for r in mine if r["ratios"].get(baseline)]
     if unfused:
-        text += f"；不融合（生产版 RMSNorm + torch 加法）用时是融合版的 {prose.times_span(unfused)} 倍"
+        text += f"；不融合（本站 RMSNorm + torch 加法）用时是融合版的 {prose.times_span(unfused)} 倍"
     liger = _liger_vs_unfused(data, mine) if phase == "fwd_bwd" else ""
     return text + (f"；{liger}" if liger else "") + "。"
 
@@ -103,7 +103,7 @@ def _table(data, phase) -> str:
     f = tables.fmt
     body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
              OP_LABELS.get(r["peer"], "—"), f(r["peer_us"]), prose.times(r["ratio"]) if r["ratio"] else "—"] for r in rows]
-    table = tables.md_table(["形状", "融合版（µs）", "占拷贝上限", "最快的对手", "对手（µs）", "对手 ÷ 融合版"], body, "lrrlrr")
+    table = tables.md_table(["形状", "融合版（µs）", "占拷贝上限", "最快的对比方案", "对比方案（µs）", "对比方案 ÷ 融合版"], body, "lrrlrr")
     return prose.page(table, _caption(data, phase), _takeaway(data, phase, rows))
 
 
@@ -163,10 +163,10 @@ def _above_bound_words(data, phase: str) -> str:
     for r in rows:
         text = f"{r['label']} 的 {prose.times_span([r['ratio']])} 倍高于 {prose.times(bound)}"
         if r["range"][0] > bound:
-            text += (f"，不是测量起伏（用时比的 p20–p80 区间 {prose.times_span(r['range'], 3)} 整个在它之上），"
+            text += (f"，不是测量波动（用时比的 p20–p80 区间 {prose.times_span(r['range'], 3)} 整个在它之上），"
                      f"而是不融合按它实际搬的字节只跑到 {r['unfused_gbps']:,.0f} GB/s，融合版 {r['fused_gbps']:,.0f} GB/s")
         else:
-            text += f"，在用时比的 p20–p80 区间 {prose.times_span(r['range'], 3)} 之内，是测量起伏"
+            text += f"，在用时比的 p20–p80 区间 {prose.times_span(r['range'], 3)} 之内，是测量波动"
         parts.append(text)
     return "；".join(parts)
 
@@ -189,7 +189,7 @@ def gain_parts(data) -> list[str]:
                      + (f"；{above}" if above else ""))
     best = [r for r in vs_peers(data, "fwd_bwd") if r["ratio"] is not None]
     if best:
-        parts.append("与最快的对手相比，forward + backward " + compare_sentence(best, tie(config(data)),
+        parts.append("与最快的对比方案相比，forward + backward " + compare_sentence(best, tie(config(data)),
                                                                              subject="融合版"))
     return parts
 

@@ -18,11 +18,11 @@ PHASE = "fwd_bwd"  # the phase of the table, the plot and the article: the one t
 # Why a width can miss a target, as far as the record shows it, in the order the sentence names them.
 REASONS = {"chunked_fwd": "forward", "chunked_bwd": "backward",  # "forward、backward 走分块路径"
            "no_16_byte_loads": "行没有 16 字节加载", "short_call": "调用不到 {short_call_us:g} µs",
-           "peers_below_target": "最快的对手也不到 {share}"}
+           "peers_below_target": "最快的对比方案也不到 {share}"}
 CHUNKED = "{directions} 走分块路径"
 UNEXPLAINED = "数据里看不出原因"
 TARGET_WORDS = {"of_copy": "占拷贝上限不到 {share}（宽度 ≥ {start}）", "baseline": "慢于不融合",
-                "peer": "落后于最快的对手"}
+                "peer": "落后于最快的对比方案"}
 
 
 def ceiling(res) -> dict:
@@ -127,7 +127,7 @@ def takeaway(data) -> str:
         return f"{PHASES[PHASE]}：融合版在 {len(f['widths'])} 个宽度上都没有可比的结果。"
     parts = [f"融合版在 {f['baseline_compared']} 个宽度中的 {f['no_slower_than_baseline']} 个上不慢于不融合"]
     if f["peer_compared"]:
-        parts.append(f"在 {f['peer_compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的对手持平或更快")
+        parts.append(f"在 {f['peer_compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的对比方案持平或更快")
     text = f"{PHASES[PHASE]}（dy 与 ds 都回传）：" + "，".join(parts) + f"（{_tie_words(cfg)}）"
     if PHASE in cfg["targets"] and f["from_width"]:
         reached = len(f["from_width"]) - len(f["misses"]["of_copy"])
@@ -147,7 +147,7 @@ def caption(data) -> str:
             f"{PHASES[PHASE]}，backward 同时传入 dy 和 ds。每次调用的 GPU 时间：{cfg['replays']} 次 CUDA graph 重放、"
             f"轮换输入（不复用 L2）的中位数。字节按最少计：forward 读 x、r，写 s、y（{moved['fwd_io']} 遍），backward 读 "
             f"dy、ds、s，写 dx（{moved['bwd_io']} 遍）；拷贝上限为本次运行测得最快的 {size(top['bytes'])} 设备内拷贝，"
-            f"{top['gbps']:,.0f} GB/s。不融合：{OP_LABELS[cfg['baseline']]}。最快的对手："
+            f"{top['gbps']:,.0f} GB/s。不融合：{OP_LABELS[cfg['baseline']]}。最快的对比方案："
             f"{prose.join(OP_LABELS.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个。")
     skipped = res.get("skipped", {})
     if skipped:
@@ -163,7 +163,7 @@ def _table(data) -> str:
 
     body = [[r["label"], tables.fmt(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
              ratio(r["baseline"]), OP_LABELS.get(r["peer"], "—"), ratio(r["peer_ratio"])] for r in rows]
-    table = tables.md_table(["宽度", "融合版（µs）", "占拷贝上限", "不融合 ÷ 融合版", "最快的对手", "对手 ÷ 融合版"],
+    table = tables.md_table(["宽度", "融合版（µs）", "占拷贝上限", "不融合 ÷ 融合版", "最快的对比方案", "对比方案 ÷ 融合版"],
                             body, "lrrrlr")
     return prose.page(table, caption(data), takeaway(data))
 
@@ -180,13 +180,13 @@ def article_sentence(data) -> str:
         return "" if count == n else f"（{count} 个宽度可比）"
 
     text = (f"在 {min(widths)} 到 {max(widths)} 的 {n} 个宽度上，融合版的 {PHASES[PHASE]} 在 "
-            f"{f['level_or_ahead']} 个宽度上与最快的对手持平或更快{compared(f['peer_compared'])}、在 "
+            f"{f['level_or_ahead']} 个宽度上与最快的对比方案持平或更快{compared(f['peer_compared'])}、在 "
             f"{f['no_slower_than_baseline']} 个宽度上不慢于不融合{compared(f['baseline_compared'])}"
             f"（{_tie_words(cfg)}）")
     lows = []
     if f["lowest_peer"]:
         low = f["lowest_peer"]
-        lows.append(f"对手 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}（{OP_LABELS[low['peer']]}）")
+        lows.append(f"对比方案 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}（{OP_LABELS[low['peer']]}）")
     if f["lowest_baseline"]:
         low = f["lowest_baseline"]
         lows.append(f"不融合 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}")
@@ -267,7 +267,7 @@ def misses_sentence(data) -> str:
         if f["no_result"]:
             parts.append(f"融合版在 {_widths(f['no_result'])} 上没有结果")
         clauses.append(f"{PHASES[phase]}：" + "；".join(parts))
-    return f"未达目标的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
+    return f"较慢的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
 
 
 def _plot(data) -> str:
@@ -285,9 +285,9 @@ def _plot(data) -> str:
     ax.axhline(1, color="#888888", linestyle="--", linewidth=1)
     base = [r["baseline"] if r["baseline"] is not None else math.nan for r in rows]
     ax.plot(widths, base, color=COLOURS[cfg["baseline"]], marker="o", markersize=3.5, linewidth=1.6,
-            label=f"{OP_LABELS[cfg['baseline']]} ÷ 融合版")
+            label="不融合 ÷ 融合版")
     peer = [r["peer_ratio"] if r["peer_ratio"] is not None else math.nan for r in rows]
-    ax.plot(widths, peer, color="#555555", linewidth=1.2, label="最快的对手 ÷ 融合版")
+    ax.plot(widths, peer, color="#555555", linewidth=1.2, label="最快的对比方案 ÷ 融合版")
     for name in cfg["peers"]:
         points = [(r["width"], r["peer_ratio"]) for r in rows if r["peer"] == name and r["peer_ratio"] is not None]
         if points:

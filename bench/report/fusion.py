@@ -81,11 +81,11 @@ def table(data, kernel, phase) -> str:
     ranked = [r for r in body_rows if r["peer"]]
     takeaway = (f"{TITLES[kernel]} {PHASES[phase]}：本站在 {len(body_rows)} 个形状上达到拷贝上限的 "
                 f"{prose.pct_span(r['of_copy'] for r in body_rows)}"
-                + (f"；{compare_sentence(ranked, tie(data['config']), subject='本站', other='最快的对手')}"
+                + (f"；{compare_sentence(ranked, tie(data['config']), subject='本站', other='最快的对比方案')}"
                    if ranked else "") + "。")
     caption = (f"bf16，{data['config']['tokens']} 个 token（B=4，T=4096）。时间为每次调用的 GPU 时间：CUDA graph "
                f"重放、轮换输入（不复用 L2）的中位数；比值大于 1 表示本站更快。字节按最少计（{MOVED[kernel][phase]}）；"
-               f"拷贝上限为 {ceiling_text(flat(data['results'])).removeprefix('本次测得最快的设备内拷贝：')}。")
+               f"拷贝上限为{ceiling_text(flat(data['results']))}。")
     return prose.page(table, caption, takeaway)
 
 

@@ -238,8 +238,8 @@ def short_sentence(data: dict, step: dict) -> str:
     slower = [r for r in ratios if r > 1]
     link = "（拆分见[测法页](triton-rmsnorm-methods.md#六-step-实测)）"
     if not slower:
-        return f"含主机开销，生产版单次 forward + backward 在所测形状上都不慢于 F.rms_norm{link}。\n"
-    text = (f"含主机开销，生产版单次 forward + backward 在 {len(slower)} 个形状上慢于 F.rms_norm"
+        return f"含主机开销，本站实现单次 forward + backward 在所测形状上都不慢于 F.rms_norm{link}。\n"
+    text = (f"含主机开销，本站实现单次 forward + backward 在 {len(slower)} 个形状上慢于 F.rms_norm"
             f"（墙钟时间是它的 {prose.times_span(slower, 1)} 倍，调用受主机限制）")
     res = step["results"]
     mine, theirs = res.get(step["config"].get("ours", "triton"), {}), res.get("torch_rmsnorm", {})

@@ -42,9 +42,9 @@ COLOURS = {
 # Op level (rmsnorm, width_sweep, fused_add; the conclusion's rows): the kernels side by side.
 OP_LABELS = {
     "hf": "HF eager", "torch_rms_norm": "F.rms_norm", "compile_hf": "torch.compile(HF)", "liger": "Liger",
-    "quack": "quack", "naive": "教学版", "triton": "生产版", "triton_fused_add": "融合版",
-    "unfused": "生产版 + torch 加法",
-    "triton_rmsnorm": "生产版 RMSNorm + HF RoPE", "triton_qk_rope": "本站 QK-norm + RoPE",
+    "quack": "quack", "naive": "教学版", "triton": "本站实现", "triton_fused_add": "融合版",
+    "unfused": "本站 RMSNorm + torch 加法",
+    "triton_rmsnorm": "本站 RMSNorm + HF RoPE", "triton_qk_rope": "本站 QK-norm + RoPE",
     "triton_swiglu": "本站 SwiGLU",
     "three_gemms": "HF 三个 GEMM", "compile_three": "torch.compile(三个 GEMM)", "merged_gemm": "合并 QKV GEMM",
 }
@@ -52,16 +52,16 @@ OP_LABELS = {
 STEP_LABELS = {
     "eager": "HF eager",
     "torch_rmsnorm": "HF + F.rms_norm",
-    "triton_fwd": "生产版（只换 forward）",
-    "triton": "生产版（forward + backward）",
-    "triton_fused_add": "生产版 + 融合残差加法",
+    "triton_fwd": "本站 RMSNorm（只换 forward）",
+    "triton": "本站 RMSNorm（forward + backward）",
+    "triton_fused_add": "本站 RMSNorm + 融合残差加法",
     "compile": "torch.compile",
-    "triton_compile": "生产版 + torch.compile",
+    "triton_compile": "本站 RMSNorm + torch.compile",
     "liger": "Liger（全套补丁）",
-    "triton_qk_rope": "生产版 + QK-norm/RoPE 融合",
-    "triton_liger_rope": "生产版 + Liger RoPE",
-    "triton_swiglu": "生产版 + SwiGLU 融合",
-    "triton_liger_swiglu": "生产版 + Liger SwiGLU",
+    "triton_qk_rope": "本站 RMSNorm + QK-norm/RoPE 融合",
+    "triton_liger_rope": "本站 RMSNorm + Liger RoPE",
+    "triton_swiglu": "本站 RMSNorm + SwiGLU 融合",
+    "triton_liger_swiglu": "本站 RMSNorm + Liger SwiGLU",
     "fusion_set": "本站整套融合",
     "liger_no_loss": "Liger（不含 loss）",
     "fusion_set_loss": "本站整套 + 融合 loss",
@@ -73,12 +73,12 @@ LOSS_LABELS = {"hf_eager": "HF eager", "compile": "torch.compile", "liger": "Lig
                "cce": "Cut CE", "torch_chunked": "F.linear_cross_entropy", "ours": "本站",
                "ours_compile": "本站 + compile", "ours_unchecked": "本站（不检查标签）"}
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
-TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "生产版 RMSNorm",
+TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "本站 RMSNorm",
                    "triton_fused_add": "融合残差加 + RMSNorm"}
 # The loss-curve plot's legend (loss_curve): the curves on top, the differences from HF below.
-LOSS_CURVE_LEGEND = {"hf": "HF Qwen3RMSNorm", "triton": "生产版 Triton RMSNorm"}
+LOSS_CURVE_LEGEND = {"hf": "HF Qwen3RMSNorm", "triton": "本站 Triton RMSNorm"}
 CONTROL_DIFF = "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）"
-LOSS_CURVE_DIFFS = {"control": CONTROL_DIFF, "triton": "生产版 − HF"}
+LOSS_CURVE_DIFFS = {"control": CONTROL_DIFF, "triton": "本站 RMSNorm − HF"}
 # One decoder layer three ways (p1_compile).
 LAYER_LABELS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA graph", "compile": "torch.compile（Inductor）"}
 # Each fusable point's HF code and its fused forms (p1_roofline).
@@ -87,6 +87,10 @@ LAYER_LABELS = {"eager": "eager（HF 原版）", "cuda_graph": "eager + CUDA gra
 FUSION_LABELS = {"eager": "HF eager", "fused": "torch.compile", "flash": "sdpa：整个注意力（含两个矩阵乘）"}
 
 # ---------------------------------------------------------------- what is measured
+
+# A GPU's dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from its datasheet: the denominator of MFU
+# (NVIDIA H200 datasheet: 1,979 TFLOP/s with 2:4 sparsity, half of it dense). Not a measurement.
+DENSE_BF16_PEAK_TFLOPS = {"NVIDIA H200": 989.0}
 
 PHASES = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 PRECISIONS = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}  # the loss gate's settings

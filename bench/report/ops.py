@@ -29,20 +29,33 @@ def copy_ceiling(res) -> dict:
     copies = [large]
     if "eager" in res["copy"]:
         copies.append({"gbps": res["copy"]["eager"]["gbps"], "bytes": res["copy"]["bytes"], "timer": "eager"})
-    copies += [{"gbps": s["copy_same_bytes"]["gbps"], "bytes": s["bytes_fwd"], "timer": "CUDA graph"}
+    copies += [{"gbps": s["copy_same_bytes"]["gbps"], "bytes": s["bytes_fwd"], "timer": "CUDA graph",
+                "shape": s.get("label")}
                for s in res["shapes"] if graph_timed and "calls_per_graph" in s["copy_same_bytes"]]
     best = max(copies, key=lambda c: c["gbps"])
     return best | {"large_copy_gbps": large["gbps"], "large_copy_bytes": large["bytes"], "large_copy_timer": large["timer"]}
 
 
 def size(nbytes) -> str:
-    return f"{nbytes / 2**30:.0f} GiB" if nbytes >= 2**30 else f"{nbytes / 1e6:.0f} MB"
+    """'4 GiB', '1.6 GiB', '336 MB': whole GiB as such, other sizes of a GiB and more to one decimal."""
+    if nbytes >= 2**30:
+        gib = nbytes / 2**30
+        return f"{gib:.0f} GiB" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f} GiB"
+    return f"{nbytes / 1e6:.0f} MB"
 
 
 def ceiling_text(res) -> str:
+    """Which copy the ceiling is: its size, timer and rate; when it is a copy of one shape's forward bytes,
+    that shape, and what the large copy gave under both timers."""
     c = copy_ceiling(res)
     timer = "eager 计时" if c["timer"] == "eager" else "CUDA graph 计时"
-    return f"本次测得最快的设备内拷贝：{size(c['bytes'])}、{timer}，{c['gbps']:,.0f} GB/s"
+    if "shape" not in c:
+        return f"本次测得最快的设备内拷贝：{size(c['bytes'])}、{timer}，{c['gbps']:,.0f} GB/s"
+    large = [f"{'CUDA graph' if 'calls_per_graph' in res['copy'] else 'eager'} {res['copy']['gbps']:,.0f} GB/s"]
+    if "eager" in res["copy"]:
+        large.append(f"eager {res['copy']['eager']['gbps']:,.0f} GB/s")
+    return (f"本次测得最快的设备内拷贝：与 {c['shape'] or '一个形状'} 的 forward 同字节数（{size(c['bytes'])}）的拷贝、{timer}，"
+            f"{c['gbps']:,.0f} GB/s（{size(c['large_copy_bytes'])} 的拷贝是 {'、'.join(large)}）")
 
 
 def shape_label(shape: dict) -> str:
@@ -105,7 +118,7 @@ def by_tie(rows, tie: float, ratio=lambda r: r["ratio"]) -> tuple[list, list, li
             [r for r in rows if ratio(r) <= 1 - tie])
 
 
-def compare_sentence(rows, tie: float, subject="生产版", other="最快的对手") -> str:
+def compare_sentence(rows, tie: float, subject="本站实现", other="最快的对比方案") -> str:
     """How ``subject`` compares with ``other`` over the shapes (``rows``: label, ratio = other's time ÷
     subject's, and the peer's id where ``other`` is the fastest of several): faster, level (within
     ``tie``, the run's tie rule) or slower, and where."""

@@ -47,8 +47,8 @@ def _ceilings_table(data):
         ["显存带宽（设备内拷贝，读 + 写）", f"{copy['gbps']:,.0f} GB/s",
          f"读写共 {copy['bytes'] / 2**20:,.0f} MiB，用时 {tables.fmt(copy['median_us'])} µs"],
         [f"{tables.dtype_short(matmul['dtype'])} 矩阵乘吞吐", f"{tables.fmt(matmul['tflops'])} TFLOP/s",
-         f"{m}×{k} @ {k}×{n}，用时 {tables.fmt(matmul['median_us'])} µs；只测了一个形状，是实用上限，不是峰值"],
-        ["屋脊点（矩阵乘吞吐 ÷ 拷贝带宽）", f"{tables.fmt(ridge_flop_per_byte(data))} FLOP/字节",
+         f"{m}×{k} @ {k}×{n}，用时 {tables.fmt(matmul['median_us'])} µs；一次运行、一个形状的中位数"],
+        ["屋脊点（本次的矩阵乘吞吐 ÷ 拷贝带宽）", f"{tables.fmt(ridge_flop_per_byte(data))} FLOP/字节",
          "算术强度低于它的算子访存受限"],
     ]
     return tables.md_table(["天花板", "实测值", "怎么测的"], rows, align="lrl")
@@ -117,7 +117,7 @@ def _roofline_plot(data):
     ax.axvline(ridge, color="#888888", linestyle=":", linewidth=1)
     ax.text(ridge * 1.15, peak / 1e12 * 0.6, f"屋脊点 {ridge:.0f} FLOP/字节", fontsize=plots.SMALL, rotation=90,
             va="top")
-    ax.text(ridge / 40, peak / 1e12 * 1.3, f"matmul {peak / 1e12:,.0f} TFLOP/s", fontsize=plots.SMALL)
+    ax.text(ridge / 40, peak / 1e12 * 1.3, f"矩阵乘 {peak / 1e12:,.0f} TFLOP/s（一次运行）", fontsize=plots.SMALL)
     achieved = []
     handles, labels = [], []
     for index, p in enumerate(r["points"]):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
+from bench.report.ops import (at, bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
                               forward_shapes, rows_caption, shape_label, size)
 
 NAME = "rmsnorm"
@@ -49,8 +49,8 @@ def _table(data, phase):
     f = tables.fmt
     body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]), OP_LABELS[r["peer"]], f(r["peer_us"]), prose.times(r["ratio"])]
             for r in rows]
-    table = tables.md_table(["形状", "生产版（µs）", "占拷贝上限", "最快的对手", "对手（µs）", "对手 ÷ 生产版"], body, "lrrlrr")
-    takeaway = (f"{PHASES[phase]}：生产版在 {len(rows)} 个形状上达到拷贝上限的 "
+    table = tables.md_table(["形状", "本站实现（µs）", "占拷贝上限", "最快的对比方案", "对比方案（µs）", "对比方案 ÷ 本站实现"], body, "lrrlrr")
+    takeaway = (f"{PHASES[phase]}：本站实现在 {len(rows)} 个形状上达到拷贝上限的 "
                 f"{prose.pct_span(r['of_copy'] for r in rows)}；{compare(data, rows)}。")
     moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
     caption = (f"bf16，{rows_caption(shapes_of(data, phase))}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
@@ -69,7 +69,7 @@ def _contender_table(data, phase, caption):
         names.remove("hf")
         ratios = [s[phase]["hf"]["median_us"] / s[phase][ours]["median_us"] for s in shapes
                   if "hf" in s[phase] and ours in s[phase]]
-        dropped = f"HF eager 未列出（用时是生产版的 {prose.times_span(ratios, 1)} 倍）。" if ratios else ""
+        dropped = f"HF eager 未列出（用时是本站实现的 {prose.times_span(ratios, 1)} 倍）。" if ratios else ""
     body = [[shape_label(s)] + [tables.fmt(s[phase][n]["median_us"]) if n in s[phase] else "—" for n in names]
             for s in shapes]
     table = tables.md_table(["形状"] + [OP_LABELS[n] for n in names], body)
@@ -91,8 +91,8 @@ def _naive_table(data):
     f = tables.fmt
     body = [[shape_label(s), f(s["fwd"]["naive"]["median_us"]), f(s["fwd"][ours]["median_us"]),
              f(s["fwd_bwd"]["naive"]["median_us"]), f(s["fwd_bwd"][ours]["median_us"])] for s in shapes]
-    table = tables.md_table(["形状", "教学版 forward（µs）", "生产版 forward（µs）", "教学版 fwd+bwd（µs）",
-                             "生产版 fwd+bwd（µs）"], body)
+    table = tables.md_table(["形状", "教学版 forward（µs）", "本站实现 forward（µs）", "教学版 fwd+bwd（µs）",
+                             "本站实现 fwd+bwd（µs）"], body)
     sentences = []
     for phase in ("fwd", "fwd_bwd"):
         rows = [{"label": shape_label(s), "ratio": s[phase]["naive"]["median_us"] / s[phase][ours]["median_us"]}
@@ -103,10 +103,10 @@ def _naive_table(data):
         if close:
             gap = max(abs(r["ratio"] - 1) for r in close)
             where = at(r["label"] for r in close) if slow else f"在全部 {len(rows)} 个形状上"
-            parts.append(f"{where}与生产版相差不超过 {prose.pct(gap, 1)}")
+            parts.append(f"{where}与本站实现相差不超过 {prose.pct(gap, 1)}")
         if slow:
             where = at(r["label"] for r in slow) if close else f"在全部 {len(rows)} 个形状上"
-            parts.append(f"{where}慢得多，用时是生产版的 {prose.times_span((r['ratio'] for r in slow), 1)} 倍")
+            parts.append(f"{where}慢得多，用时是本站实现的 {prose.times_span((r['ratio'] for r in slow), 1)} 倍")
         sentences.append(f"{PHASES[phase]} {'，'.join(parts)}")
     takeaway = "教学版（一个 program 处理一行）：" + "；".join(sentences) + "。"
     caption = (f"bf16，{rows_caption(shapes)}。每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数。")
@@ -148,8 +148,8 @@ def _same_size_table(data):
     body = [[shape_label(s), f"{s['bytes_fwd'] / 1e6:.0f}", f"{s['copy_same_bytes']['gbps']:,.0f}",
              f"{s['fwd'][ours]['gbps']:,.0f}", prose.pct(s["fwd"][ours]["gbps"] / s["copy_same_bytes"]["gbps"])]
             for s in shapes]
-    table = tables.md_table(["形状", "字节（MB）", "同字节拷贝（GB/s）", "生产版 forward（GB/s）",
-                             "生产版 forward 占同字节拷贝"], body)
+    table = tables.md_table(["形状", "字节（MB）", "同字节拷贝（GB/s）", "本站实现 forward（GB/s）",
+                             "本站实现 forward 占同字节拷贝"], body)
     caption = (f"同字节拷贝：把 x 拷贝一次，读写的字节与 forward 相同，与 kernel 一样在 CUDA graph 里计时；"
                f"bf16，{rows_caption(shapes)}。")
     return prose.page(table, caption)
@@ -164,8 +164,24 @@ def _rstd_table(data):
     return prose.page(table, caption)
 
 
+def rstd_sentence(data) -> str:
+    """篇2 §5.4: recomputing rstd in the backward against saving it, per shape, by the run's tie rule."""
+    entries, within = data["results"]["rstd"], tie(data["config"])
+    rows = [{"label": shape_label(r), "ratio": r["saved_us"] / r["recomputed_us"]} for r in entries]
+    faster, tied, slower = by_tie(rows, within)  # ratio > 1: recomputing is faster
+    clauses = []
+    if tied:
+        clauses.append(f"{at(r['label'] for r in tied)}与保存持平（相差不到 {prose.pct(within)}）")
+    clauses += [f"{at([r['label']])}{'快' if r in faster else '慢'} {prose.pct(abs(1 / r['ratio'] - 1), 1)}"
+                for r in rows if r not in tied]
+    spread = max(abs(1 / r["ratio"] - 1) for r in rows)
+    verdict = ("：两种做法互有快慢，差别都不超过 " if faster and slower else "，差别都不超过 ") + prose.pct(spread, 1)
+    return "只看 backward，重算 rstd " + "，".join(clauses) + (verdict if faster or slower else "") + "。\n"
+
+
 def render(data: dict) -> dict[str, str]:
     out = {
+        "rmsnorm_rstd_sentence.md": rstd_sentence(data) if data["results"].get("rstd") else None,
         "rmsnorm_fwd.md": _table(data, "fwd"),
         "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
         "rmsnorm_fwd_all.md": _all_table(data, "fwd"),

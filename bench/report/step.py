@@ -133,8 +133,8 @@ def relation(a: dict, b: dict, cfg: dict, name_b: str) -> str:
 
 
 def fused_add_relation(fused: dict, ours: dict, cfg: dict) -> str:
-    """'比生产版快 2.3%' or '与生产版持平（…）': the fused-add contender's step against the plain Triton one's."""
-    return relation(fused, ours, cfg, "生产版")
+    """'比本站 RMSNorm 快 2.3%' or '与本站 RMSNorm 持平（…）': the fused-add contender's step against the plain Triton one's."""
+    return relation(fused, ours, cfg, "本站 RMSNorm")
 
 
 def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
@@ -147,10 +147,10 @@ def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
         verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
         return f"{geometry_zh(data)}的一步训练：{prose.join(label(t) for t in missing)}这一档{verb}。"
     f = tables.fmt
-    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从生产版的 {f(ours['step'], 4)} ms "
+    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从本站 RMSNorm 的 {f(ours['step'], 4)} ms "
             f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, config(data))}")
     if ours["rms"] is not None:
-        text += (f"；生产版的一步里 RMSNorm 只占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms，"
+        text += (f"；本站 RMSNorm 这一档的一步里，RMSNorm 只占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms，"
                  "一个 profiler 记录的 step）")
         if ours["share"] < SMALL_SHARE:
             text += "，step 层面能省的本来就不多"
@@ -170,7 +170,7 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
             body.append([label(contender), f(r["step"], 4), f"{f(r['lo'], 4)} – {f(r['hi'], 4)}",
                          prose.times(r["speedup"]) if r["speedup"] else "—",
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
-    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "相对 HF eager", "相对生产版"], body, "lrrrr")
+    table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "相对 HF eager", "相对本站 RMSNorm"], body, "lrrrr")
     return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + caption(data),
                       fused_add_takeaway(data, rows))
 
@@ -180,15 +180,15 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
     cfg = config(data)
     base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
     if not base or not ours:
-        return f"{geometry_zh(data)}的一步训练：HF eager 或生产版这一档没有跑成，见表。"
+        return f"{geometry_zh(data)}的一步训练：HF eager 或本站 RMSNorm 这一档没有跑成，见表。"
     f = tables.fmt
     verb = "降到" if ours["step"] < base["step"] else "变成"
-    parts = [f"{geometry_zh(data)}的一步训练：生产版（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
+    parts = [f"{geometry_zh(data)}的一步训练：本站 RMSNorm（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
              f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
     if "torch_rmsnorm" in ok:
         parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
     if "torch_rmsnorm" in ok and not level(ours, ok["torch_rmsnorm"], cfg):
-        parts[-1] += "，" + relation(ours, ok["torch_rmsnorm"], cfg, " F.rms_norm ").replace("比 ", "生产版比 ", 1)
+        parts[-1] += "，" + relation(ours, ok["torch_rmsnorm"], cfg, " F.rms_norm ").replace("比 ", "本站 RMSNorm 比 ", 1)
     if "triton_fwd" in ok:
         fwd = ok["triton_fwd"]
         parts.append(f"只换 forward 是 {prose.times(fwd['speedup'])}，"
@@ -199,7 +199,7 @@ def _step_takeaway(data: dict, rows: list[dict]) -> str:
     quicker = [t for t in ("compile", "triton_compile", "liger") if t in ok and faster(ok[t], ours, cfg)]
     if quicker:
         parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in quicker)
-                     + " 都更快（95% 区间与生产版不重叠）")
+                     + " 都更快（95% 区间与本站 RMSNorm 不重叠）")
     top = [t for t in quicker if not any(faster(ok[u], ok[t], cfg) for u in quicker)]
     if len(top) > 1:
         parts.append(prose.join(label(t) for t in top) + " 之间分不出快慢（区间重叠）")
@@ -217,7 +217,7 @@ def _share_takeaway(data: dict, rows: list[dict]) -> str:
             f"即使它不花时间，一步的加速上限也只有 {prose.times(base['bound'], 3)}（Amdahl）")
     if ours and ours["rms"] is not None:
         verb = "降到" if ours["share"] < base["share"] else "反而升到"
-        text += f"；换成生产版后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
+        text += f"；换成本站 RMSNorm 后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
     fwd = ok.get("triton_fwd")
     if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
         text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"

@@ -40,8 +40,12 @@ def headline(full: dict, step: dict) -> str:
     if not fullsize.level(rows[cfg["ours"]], rows[cfg["baseline"]], resolution):
         ratio = ours["tokens_per_s"] / base["tokens_per_s"]
         result = (f"每秒 token 数从 {NAMES['eager']} 的 {f(base['tokens_per_s'])} {'升到' if ratio > 1 else '降到'} "
-                  f"{f(ours['tokens_per_s'])}（{prose.times(ratio)}），MFU 从 {prose.pct(base['mfu'], 1)} 到 "
-                  f"{prose.pct(ours['mfu'], 1)}")
+                  f"{f(ours['tokens_per_s'])}（{prose.times(ratio)}）")
+        low, high = rows[cfg["baseline"]]["mfu"], rows[cfg["ours"]]["mfu"]  # against the GPU's dense bf16 peak
+        if low is not None and high is not None:
+            gpu = full["environment"]["gpu"].replace("NVIDIA ", "")
+            result += (f"，MFU（按 {gpu} 的 bf16 稠密峰值 {fullsize.peak_tflops(full):,.0f} TFLOP/s 算）从 "
+                       f"{prose.pct(low, 1)} 到 {prose.pct(high, 1)}")
     else:
         result = f"每秒 token 数 {f(ours['tokens_per_s'])}，与 {NAMES['eager']} 的 {f(base['tokens_per_s'])} 持平"
     both = res.get("liger_triton", {})

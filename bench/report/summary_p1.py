@@ -5,6 +5,9 @@
 * p1_keypoints.md: the article's "要点" box; every number in it is computed here from the data;
 * p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
 * p1_swiglu_point.md: §五's SwiGLU bullet head, the time fusing it saves per layer;
+* p1_gemm_spread.md: §五's sentence under the ceilings table: the roofline's matmul rate is one run of one
+  shape; other runs measured more (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed), and
+  whether any fusion point changes side at the highest rate's ridge point;
 * p1_conclusion.md: §八's ranking of the fusion points by the time they save per layer, ties where the
   p20–p80 intervals of the savings overlap.
 
@@ -16,6 +19,8 @@ from bench import store
 from bench.report import prose, tables
 from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH
 from bench.report.p1_profile import norms_per_layer
+from bench.report.p1_roofline import ridge_flop_per_byte
+from bench.report.render import MissingData
 
 DATA = ("p1_profile", "p1_roofline", "p1_compile")
 SMALL_KERNELS = ("elementwise", "reduction", "copy / cast / layout")  # the categories fusion targets
@@ -75,10 +80,10 @@ def roofline_point(roofline: dict) -> str:
     best = max(speedups, key=speedups.get)
     text = (f"动手之前用 roofline 估上限：RMSNorm 融合成 {rms['fused']['kernels']} 个 kernel 后，每层 4 个 RMSNorm "
             f"每 token 读写的显存从 {before:,.0f} 字节降到 {after:,.0f} 字节（原来的 {100 * after / before:.0f}%），"
-            f"融合版实测{ratio_text(speedups['RMSNorm'])}")
+            f"用 torch.compile 编译 HF 这几行，实测{ratio_text(speedups['RMSNorm'])}")
     if best == "RMSNorm":
-        return text + f"，是 {len(speedups)} 个融合点里融合版加速最大的。"
-    return (text + f"；{len(speedups)} 个融合点里融合版加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
+        return text + f"，是 {len(speedups)} 个融合点里编译后加速最大的。"
+    return (text + f"；{len(speedups)} 个融合点里编译后加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
             f"（{tables.fmt(speedups[best])}×）。")
 
 
@@ -200,7 +205,7 @@ def swiglu_point(profile: dict, roofline: dict) -> str:
     """§五's SwiGLU bullet head: the absolute saving per layer next to its speed-up and RMSNorm's saving."""
     rows = {r["name"]: r for r in savings(roofline)}
     swiglu, rms = rows["SwiGLU"], rows.get("RMSNorm")
-    text = (f"- **SwiGLU：每层 forward 只省 {tables.fmt(swiglu['saved_us'])} µs。** 融合版快 "
+    text = (f"- **SwiGLU：每层 forward 只省 {tables.fmt(swiglu['saved_us'])} µs。** torch.compile 融合后快 "
             f"{tables.fmt(swiglu['eager_us'] / swiglu['fused_us'])}×，可 eager 一共才 {tables.fmt(swiglu['eager_us'])} µs")
     if rms:
         text += f"，而 RMSNorm 每层省 {tables.fmt(rms['saved_us'])} µs"
@@ -245,6 +250,40 @@ def conclusion(profile: dict, roofline: dict) -> str:
                          "Qwen3 默认的 sdpa 已经把它融合好了" if left_out else ""), sep="；")
 
 
+def other_gemm_rates(fullsize: dict | None, fusion: dict | None) -> list[tuple[str, float]]:
+    """(what, TFLOP/s) of the bf16 GEMM rates other runs recorded: fullsize.json's 8192³ GEMM (its MFU
+    denominator) and the fastest QKV projection GEMM of fusion.json (any form, forward)."""
+    out = []
+    ceiling = (fullsize or {}).get("config", {}).get("gemm_ceiling_tflops")
+    if ceiling:
+        out.append(("同一个 8192³ 的 bf16 矩阵乘在篇 2 完整模型实验的那次运行里", ceiling))
+    rates = [stats["tflops"] for entry in (fusion or {}).get("results", {}).get("kernels", {}).get("qkv", [])
+             for stats in entry["fwd"].values() if isinstance(stats, dict) and stats.get("tflops")]
+    if rates:
+        out.append(("番外二的 QKV 投影 GEMM 最高", max(rates)))
+    return out
+
+
+def gemm_spread(roofline: dict, fullsize: dict | None = None, fusion: dict | None = None) -> str:
+    """Under §五's ceilings table: the matmul rate is one run of one shape, not a ceiling; the other runs' rates,
+    the ridge point at the highest of them, and whether any fusion point changes side there."""
+    ceilings = roofline["results"]["ceilings"]
+    here = ceilings["matmul"]["tflops"]
+    text = "矩阵乘这一行只是一次运行、一个形状的中位数，不是上限"
+    others = other_gemm_rates(fullsize, fusion)
+    if not others:
+        return text + "。\n"
+    text += "：" + "，".join(f"{what}测到 {tables.fmt(rate, 4)} TFLOP/s" for what, rate in others)
+    top = max(rate for _, rate in others)
+    if top <= here:
+        return text + "。\n"
+    ridge, high = ridge_flop_per_byte(roofline), top * 1e12 / (ceilings["copy"]["gbps"] * 1e9)
+    moved = [FUSION_POINT_ZH.get(p["name"], p["name"]) for p in roofline["results"]["points"]
+             if any((p[form]["intensity"] < ridge) != (p[form]["intensity"] < high) for form in ("eager", "fused"))]
+    text += f"。按最高的 {tables.fmt(top, 4)} TFLOP/s 算，屋脊点是 {tables.fmt(high)} FLOP/字节，"
+    return text + (f"{prose.join(moved)}会换到另一边。\n" if moved else "下表每个融合点落在哪一边都不变。\n")
+
+
 def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
     records = {"p1_profile.json": profile, profile["results"]["main"]["trace_file"]: profile,
                "p1_roofline.json": roofline, "p1_compile.json": compiled}
@@ -255,7 +294,14 @@ def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
 
 def render_summary(load) -> dict[str, str]:
     profile, roofline, compiled = (load(name) for name in DATA)
+    others = {}
+    for name in ("fullsize", "fusion"):  # other runs' GEMM rates, where committed
+        try:
+            others[name] = load(name)
+        except MissingData:
+            others[name] = None
     return {
+        "p1_gemm_spread.md": gemm_spread(roofline, others["fullsize"], others["fusion"]),
         "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)],
                                     note=cpu_note(profile, roofline, compiled)),
         "p1_profile_overhead.md": profile_overhead(profile),

@@ -99,6 +99,10 @@ def _full_liger(full: dict | None, resolution: float) -> str:
     if both:
         text += f"，再换上本站 RMSNorm 是 {prose.times(both['speedup'])}"
         text += "（与它持平）" if fullsize.level(both, liger, resolution) else ""
+    if base.get("peak") is not None and liger.get("peak") is not None:  # the memory claim at full size
+        only = "只" if base["peak"] - liger["peak"] < 0.1 * base["peak"] else ""
+        text += (f"，峰值显存{only}从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(liger['peak'], 3)} GiB"
+                 f"（少 {base['peak'] - liger['peak']:.1f} GiB）")
     return text
 
 
@@ -133,23 +137,24 @@ def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host:
     if "compile" in ok:
         text = f"能编译就先用 torch.compile：{geometry_zh(step)}的一步是 HF eager 的 {prose.times(ok['compile']['speedup'])}"
         if both_compiled:
-            text += ("；把生产版放进编译过的层里，一步"
+            text += ("；把本站实现放进编译过的层里，一步"
                      + ("再快" if step_faster(ok["triton_compile"], ok["compile"], cfg) else "不再更快")
                      + f"（{prose.times(ok['triton_compile']['speedup'])}）")
         points.append(text + "。")
     if "liger" in ok and base and ok["liger"]["peak"] is not None and base["peak"] is not None:
         points.append(f"要换掉整套算子、省下 logits 的显存，用 Liger 的全套补丁：一步 {prose.times(ok['liger']['speedup'])}，"
                       f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
+                      "（8 层、不含优化器）"
                       + _full_liger(full, cfg.get("resolution") or 0.0) + "。")
     fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
     level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
-    fwd_vs_peer = (f"与最快的对手持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
-                   else f"与最快的对手持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
+    fwd_vs_peer = (f"与最快的对比方案持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
+                   else f"与最快的对比方案持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
                    else rmsnorm.compare(rms, fwd))
     text = (f"不编译时，手写的价值在 backward：forward 达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
             f"{fwd_vs_peer}；forward + backward ")
     if all(r["ratio"] > 1 for r in both):
-        text += (f"在全部 {len(both)} 个形状上最快，最快的对手用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
+        text += (f"在全部 {len(both)} 个形状上最快，最快的对比方案用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
     else:
         text += rmsnorm.compare(rms, both)
     text += _host_clause(host)
@@ -206,14 +211,16 @@ def survey(rms: dict, step: dict) -> str:
         if key:
             parts = []
             if op_name[key] in op:
-                parts.append(f"RMSNorm fwd+bwd 用时是生产版的 {op[op_name[key]] / ours:.2f} 倍")
+                parts.append(f"RMSNorm fwd+bwd {tables.fmt(op[op_name[key]])} µs")
             step_key = {"liger": "liger", "compile": "compile", "torch_rms_norm": "torch_rmsnorm"}.get(key)
             if step_key in ok and base:
                 parts.append(f"一步 {prose.times(ok[step_key]['speedup'])}")
             figure = "；".join(parts) or figure
         rows.append([name, fuses, limits, figure])
-    caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间；一步：{geometry_zh(step)}，"
-               f"相对 HF eager；Liger 的一步用全套补丁。")
+    caption = (f"RMSNorm：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间"
+               + (f"（同一形状上 HF eager 是 {tables.fmt(op['hf'])} µs，本站实现是 {tables.fmt(ours)} µs）"
+                  if "hf" in op else f"（本站实现是 {tables.fmt(ours)} µs）")
+               + f"；一步：{geometry_zh(step)}，相对 HF eager；Liger 的一步用全套补丁。")
     takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack、transformers 的 kernel hub 和手写几条路。"
     return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption, takeaway)
 
@@ -225,7 +232,7 @@ def torch_rms_norm_sentence(rms: dict) -> str:
     narrow = [s for s in shapes if s["width"] <= 128]
     wide = [s for s in shapes if s["width"] > 128]
     q = max(narrow, key=lambda s: s["rows"])
-    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是生产版的 "
+    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是本站实现的 "
             f"{prose.times_span((ratio[id(s)] for s in wide), 1)} 倍，{narrow[0]['width']} 宽的 q/k norm 行上是 "
             f"{prose.times_span((ratio[id(s)] for s in narrow), 1)} 倍"
             f"（q_norm 的 {q['rows']}×{q['width']}：{tables.fmt(q['fwd']['torch_rms_norm']['median_us'])} µs 对 "
@@ -256,11 +263,11 @@ def conclusion(rms: dict, step: dict) -> str:
     peers = {n: op[n] for n in rmsnorm.config(rms)["peers"] if n in op}
     best = min(peers, key=peers.get)
     ours = op[rmsnorm.config(rms)["ours"]]
-    text = (f"H=4096 的 RMSNorm forward + backward：生产版 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
-            f"最快的对手 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
+    text = (f"H=4096 的 RMSNorm forward + backward：本站实现 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
+            f"最快的对比方案 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
     mine = ok.get(cfg["ours"])
     if base and mine:
-        text += (f"；放进 {geometry_zh(step)}的训练 step，生产版把 step 从 {f(base['step'], 4)} ms "
+        text += (f"；放进 {geometry_zh(step)}的训练 step，本站实现把 step 从 {f(base['step'], 4)} ms "
                  f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
                  f"（{prose.times(mine['speedup'])}）")
         faster = [t for t in ("compile", "liger") if t in ok and step_faster(ok[t], mine, cfg)]
@@ -268,7 +275,7 @@ def conclusion(rms: dict, step: dict) -> str:
             text += (f"，{_names(faster)}更快"
                      f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
         if "triton_compile" in ok and "compile" in ok:
-            text += "；生产版 + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
+            text += "；本站 RMSNorm + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
                                                                "单独的 torch.compile ")
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
                f"训练 step 列：{geometry_zh(step)}，B={step['config']['batch']}，T={step['config']['seq_len']}，"
@@ -288,14 +295,21 @@ def fusion_set_bullet(fusion_step: dict) -> str:
     f = tables.fmt
     return (f"- **整套融合（[番外二](qwen3-qk-rope-swiglu.md)）：** RMSNorm、残差加法、QK-norm + RoPE、SwiGLU 一起换上，"
             f"step {f(ours['step'], 4)} ms，"
-            + step_relation(ours, base, cfg, "只换 RMSNorm 的生产版")
+            + step_relation(ours, base, cfg, "只换 RMSNorm 的本站实现")
             + "；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
 
 
-def ridge_sentence(roofline: dict) -> str:
+def ridge_sentence(roofline: dict, fullsize: dict | None = None) -> str:
+    """篇 1's ridge point; a range when another run (fullsize.json's 8192³ GEMM) measured a higher matmul rate."""
     r = roofline["results"]
     gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
-    text = f"{gpu} 的屋脊点实测约为 {ridge_flop_per_byte(roofline):.0f} FLOP/字节（篇 1 §五）"
+    ridge = ridge_flop_per_byte(roofline)
+    other = (fullsize or {}).get("config", {}).get("gemm_ceiling_tflops")
+    high = other * 1e12 / (r["ceilings"]["copy"]["gbps"] * 1e9) if other else None
+    if high and round(high) > round(ridge):
+        text = f"{gpu} 的屋脊点实测在 {ridge:.0f}–{high:.0f} FLOP/字节之间（随那次运行的矩阵乘吞吐而变，篇 1 §五）"
+    else:
+        text = f"{gpu} 的屋脊点实测约为 {ridge:.0f} FLOP/字节（篇 1 §五）"
     norm = next((p for p in r.get("points", []) if p["name"] == "RMSNorm"), None)
     if norm:
         text += f"，RMSNorm 的算术强度约为 {norm['fused']['flops'] / norm['fused']['bytes']:.1f} FLOP/字节"
@@ -321,12 +335,16 @@ def fused_add_keypoints(fused: dict, step: dict) -> str:
 
 
 def versions_note(envs: list[dict]) -> str:
-    """The 实验环境 box's last line: the comparisons hold for the torch the data name, and
-    where to read what changed after it."""
+    """The 实验环境 box's last line: the comparisons hold for the torch (and transformers) the data name; what
+    newer releases do to the reader's baseline (transformers 5.25's hub kernels, torch 2.13's F.rms_norm), and
+    where to read more."""
     torch_versions = sorted({str(e["torch"]).split("+")[0] for e in envs if e.get("torch")})
-    return (f"各项对比只在 torch {'、'.join(torch_versions)} 上测过；之后的变化，如 torch 2.13 起 "
-            "`F.rms_norm` 在 Hopper 上可能改走 PyTorch 内置的 quack kernel，见"
-            "[测法页](triton-rmsnorm-methods.md#torch-与-triton-的版本)。")
+    hf_versions = sorted({str(e["transformers"]) for e in envs if e.get("transformers")})
+    on = f"torch {'、'.join(torch_versions)}" + (f"、transformers {'、'.join(hf_versions)}" if hf_versions else "")
+    return (f"各项对比只在 {on} 上测过；新版本会换掉你的基线。transformers 5.25 起 `from_pretrained` 默认启用 kernel hub，"
+            "训练时在 CUDA 上把 RMSNorm 换成 Hub 上的 LigerRMSNorm，这时的“HF”更接近本文的 Liger 一档"
+            "（`use_kernels=False` 换回 HF 原版）；torch 2.13 起 `F.rms_norm` 在 Hopper 上可能改走 PyTorch 内置的 quack "
+            "kernel，要对照本文的 quack 一档。详见[测法页](triton-rmsnorm-methods.md#torch-与-triton-的版本)。")
 
 def render_summary(load) -> dict[str, str]:
     data = {name: load(name) for name in DATA}
@@ -358,7 +376,7 @@ def render_summary(load) -> dict[str, str]:
     if "fused_add" in data:
         out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)
     try:
-        out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"))
+        out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"), data.get("fullsize"))
     except FileNotFoundError:  # 篇1's roofline data not committed for this GPU
         pass
     return out

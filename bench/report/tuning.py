@@ -23,8 +23,8 @@ def _caption(data):
             f"中位数{counts}；「行」是每个 program 处理的行数 BLOCK_ROWS。")
 
 
-PLOT_NOTE = ("调参图里，折线上其余参数取生产版的选择（forward：num_warps；backward：BLOCK_ROWS 与 num_warps），"
-             "阴影是扫到的全部配置从最差到最好，星号是生产版的选择；有效带宽以 rmsnorm 实验中最快的显存拷贝"
+PLOT_NOTE = ("调参图里，折线上其余参数取本站实现的选择（forward：num_warps；backward：BLOCK_ROWS 与 num_warps），"
+             "阴影是扫到的全部配置从最差到最好，星号是本站实现的选择；有效带宽以 rmsnorm 实验中最快的显存拷贝"
              "（{ceiling:,.0f} GB/s）为拷贝上限。")
 
 
@@ -117,7 +117,7 @@ def _plot(data):
     handles += [plt.Rectangle((0, 0), 1, 1, facecolor="#BBBBBB", alpha=0.5),
                 plt.Line2D([], [], linestyle="none", marker="*", markersize=11, color="#BBBBBB",
                            markeredgecolor="#555555")]
-    labels += ["扫到的全部配置", "生产版的选择"]
+    labels += ["扫到的全部配置", "本站实现的选择"]
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.03), ncol=4, handlelength=1.6,
                columnspacing=1.2)
     return plots.svg_of(fig)
@@ -147,7 +147,9 @@ def programs_sentence(data) -> str:
     one = counts[0]
     beat_one = [c for c in counts[1:] if all(b[c] < b[one] for b in bests)]
     lag = [b[one] / min(b.values()) - 1 for b in bests]
-    text = (f"backward 里，每个 SM 只放 {one} 个常驻 program，在扫过的 {len(entries)} 个行宽上都慢于"
+    text = ("backward 里，若每种 program 数各取自己最快的 BLOCK_ROWS 与 num_warps"
+            "（上图的折线把这两个参数固定在本站实现的选择上，读数会不同），"
+            f"每个 SM 只放 {one} 个常驻 program，在扫过的 {len(entries)} 个行宽上都慢于"
             + "和".join(f"放 {c} 个" for c in beat_one) + f"，比该行宽最快的配置慢 {prose.pct_span(lag)}")
     slower = [(e, c) for e, b in zip(entries, bests) for c in counts[1:] if b[c] > b[one]]
     if slower:
@@ -159,7 +161,7 @@ def programs_sentence(data) -> str:
     if ties:
         text += "，只有 " + "、".join(
             prose.glue(_where(e), "") + f"上放 {'、'.join(map(str, lv))} 个打平（相差不到 {prose.pct(TIE)}，"
-            f"生产版取 {e['heuristic_bwd']['programs_per_sm']} 个）" for e, lv in ties)
+            f"本站实现取 {e['heuristic_bwd']['programs_per_sm']} 个）" for e, lv in ties)
     return text + "。\n"
 
 

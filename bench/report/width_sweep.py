@@ -93,23 +93,23 @@ def takeaway(data) -> str:
     for phase in cfg["targets"]:
         f = facts[phase]
         if not f["compared"]:
-            sentences.append(f"{PHASES[phase]}：没有生产版与对手都有结果的宽度。")
+            sentences.append(f"{PHASES[phase]}：没有本站实现与对比方案都有结果的宽度。")
             continue
         worst = f["worst"]
         ratio = prose.times(worst["ratio"])
         gap = (f"最差在 H={worst['width']}，比 {OP_LABELS[worst['peer']]} 慢 {prose.pct(1 / worst['ratio'] - 1)}（{ratio}）"
-               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{OP_LABELS[worst['peer']]} ÷ 生产版 {ratio}）")
+               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{OP_LABELS[worst['peer']]} ÷ 本站实现 {ratio}）")
         target = f"拷贝上限的 {prose.pct(f['target'])}"
         measured = [s["width"] for s in data["results"]["shapes"]
                     if s["width"] >= start and s["width"] not in f["unsupported"]]
         misses = (f"宽度 ≥ {start} 时低于{target}的有 {_widths(f['misses'])}" if f["misses"]
                   else f"宽度 ≥ {start} 时都达到{target}" if measured else "")
-        sentences.append(f"{PHASES[phase]}：生产版在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
-                         f"对手持平或更快（相差 {prose.pct(tie(cfg))} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
+        sentences.append(f"{PHASES[phase]}：本站实现在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
+                         f"对比方案持平或更快（相差 {prose.pct(tie(cfg))} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
                          + "。")
     unsupported = facts["fwd"]["unsupported"]
     if unsupported:
-        sentences.append(f"生产版在 {_widths(unsupported)} 上没有结果。")
+        sentences.append(f"本站实现在 {_widths(unsupported)} 上没有结果。")
     return "".join(sentences)
 
 
@@ -134,8 +134,8 @@ def _bucket_table(data) -> str:
                      f"{_share_span(fwd[i]['ours'] for i in inside)}（{_share_span(fwd[i]['best_peer'] for i in inside)}）",
                      f"{_share_span(both[i]['ours'] for i in inside)}（{_share_span(both[i]['best_peer'] for i in inside)}）",
                      f"{low_one['label']}（{prose.times(low_one['ratio'])}）" if low_one else "—"])
-    table = tables.md_table(["宽度区间", "宽度数", "forward 占拷贝上限：生产版（最快对手）",
-                             "fwd+bwd 占拷贝上限：生产版（最快对手）", "最差宽度（对手 ÷ 生产版）"], body, "lrrrl")
+    table = tables.md_table(["宽度区间", "宽度数", "forward 占拷贝上限：本站实现（最快的对比方案）",
+                             "fwd+bwd 占拷贝上限：本站实现（最快的对比方案）", "最差宽度（对比方案 ÷ 本站实现）"], body, "lrrrl")
     return prose.page(table, caption(data), takeaway(data))
 
 
@@ -144,9 +144,9 @@ def caption(data) -> str:
     skipped = res.get("skipped", {})
     text = (f"{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行，共 {len(res['shapes'])} 个宽度。"
             f"每次调用的 GPU 时间：CUDA graph 重放、轮换输入（不复用 L2）的中位数；字节按最少计；拷贝上限为本次运行"
-            f"测得最快的 4 GiB 设备内拷贝，{sweep_ceiling(res)['gbps']:,.0f} GB/s。最快对手："
+            f"测得最快的 4 GiB 设备内拷贝，{sweep_ceiling(res)['gbps']:,.0f} GB/s。最快的对比方案："
             f"{prose.join(OP_LABELS.get(n, n) for n in cfg['peers'])} 中每个宽度最快的一个；"
-            "最差宽度取两个方向里对手 ÷ 生产版最小的一次。")
+            "最差宽度取两个方向里对比方案 ÷ 本站实现最小的一次。")
     if skipped:
         text += f"未测：{prose.join(OP_LABELS.get(n, n) for n in skipped)}（在本机不能运行）。"
     return text
@@ -202,15 +202,19 @@ def _ratio_plot(data) -> str:
     labels.append(f"持平（相差 {prose.pct(level)} 以内）")
     for peer in [n for n in cfg["peers"] if n in peers]:
         handles.append(plt.Line2D([], [], linestyle="none", marker="o", markersize=6, color=COLOURS[peer]))
-        labels.append(f"最快的对手：{OP_LABELS.get(peer, peer)}")
-    low = worst(data)
-    if low:
-        ax.annotate(f"最差：{PHASES[low['phase']]}，H={low['width']}，{prose.times(low['ratio'])}",
-                    (low["width"], low["ratio"]), textcoords="offset points", xytext=(-8, 0), ha="right",
-                    va="center", fontsize=plots.SMALL)
+        labels.append(f"最快的对比方案：{OP_LABELS.get(peer, peer)}")
     _width_axis(ax, widths)
-    ax.set_ylabel("最快的对手用时 ÷ 生产版用时")
-    ax.set_title(f"高于 1：生产版更快；{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行", loc="left")
+    low = worst(data)
+    if low:  # named below the point, inside the axes: room under it, the label on the side with more space
+        bottom, top = ax.get_ylim()
+        ax.set_ylim(min(bottom, low["ratio"] - 0.12), top)
+        right_half = math.log2(low["width"]) > (math.log2(min(widths)) + math.log2(max(widths))) / 2
+        ax.annotate(f"最差：{PHASES[low['phase']]}，H={low['width']}，{prose.times(low['ratio'])}",
+                    (low["width"], low["ratio"]), textcoords="offset points", xytext=(-10 if right_half else 10, -14),
+                    ha="right" if right_half else "left", va="top", fontsize=plots.SMALL,
+                    arrowprops={"arrowstyle": "-", "color": "#666666", "linewidth": 0.8})
+    ax.set_ylabel("用时比：最快的对比方案 ÷ 本站")
+    ax.set_title(f"高于 1：本站实现更快；{tables.dtype_short(cfg['dtype'])}，每个宽度 {cfg['rows']} 行", loc="left")
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, handlelength=1.6,
               columnspacing=1.2)
     return plots.svg_of(fig)
@@ -239,7 +243,7 @@ def _all_plot(data) -> str:
         ax.set_ylim(0, 112)
         ax.set_yticks(range(0, 101, 20))
         ax.set_title(f"RMSNorm {PHASES[phase]}，{tables.dtype_short(cfg['dtype'])}，{cfg['rows']} 行；"
-                     f"点线：目标 {prose.pct(target)}（H ≥ {cfg['target_from_width']}）", loc="left")
+                     f"点线：{prose.pct(target)}（H ≥ {cfg['target_from_width']}）", loc="left")
     _width_axis(axes[0], widths, label=False)
     _width_axis(axes[1], widths)
     fig.supylabel("有效带宽（占拷贝上限 %）", x=0.05, fontsize=10)
@@ -256,9 +260,9 @@ def article_sentence(data) -> str:
     widths = [s["width"] for s in data["results"]["shapes"]]
     cfg = config(data)
     level = 1 - tie(cfg)
-    parts = [prose.glue(PHASES[phase], f"在 {facts[phase]['level_or_ahead']} 个宽度上与最快的对手持平或更快")
+    parts = [prose.glue(PHASES[phase], f"在 {facts[phase]['level_or_ahead']} 个宽度上与最快的对比方案持平或更快")
              for phase in cfg["targets"]]
-    text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "生产版的 " + "，".join(parts)
+    text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "本站实现的 " + "，".join(parts)
             + f"（相差 {prose.pct(tie(cfg))} 以内算持平）")
     low = worst(data)
     if low and low["ratio"] < level:
@@ -298,13 +302,13 @@ def wide_forward_sentence(data) -> str:
     for r in rows:
         kind = f"（{TRITON_PEERS[r['peer']]}）" if r["peer"] in TRITON_PEERS else ""
         if r["ratio"] >= 1 + tie(cfg):
-            versus = f"生产版比它快（{r['ratio']:.2f}×）"
+            versus = f"本站实现比它快（{r['ratio']:.2f}×）"
         elif r["ratio"] >= 1 - tie(cfg):
-            versus = f"生产版与它持平（{r['ratio']:.2f}×）"
+            versus = f"本站实现与它持平（{r['ratio']:.2f}×）"
         else:
-            versus = f"生产版是它速度的 {r['ratio']:.2f}×"
+            versus = f"本站实现是它速度的 {r['ratio']:.2f}×"
         parts.append(f"H={r['width']} 是 {OP_LABELS[r['peer']]}{kind}，{versus}")
-    return f"宽于 {bound} 的行，forward 最快的对手：" + "；".join(parts) + "。\n"
+    return f"宽于 {bound} 的行，forward 最快的对比方案：" + "；".join(parts) + "。\n"
 
 
 def render(data: dict) -> dict[str, str]:

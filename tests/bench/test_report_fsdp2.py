@@ -45,10 +45,10 @@ def test_render_says_fail_error_and_unavailable(quick_fsdp2):
     data["results"]["unavailable"] = ["triton_fused_add"]
     text = report_fsdp2.render(data)["fsdp2.md"]
     first = text.split("\n\n", 1)[0]
-    assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的生产版 RMSNorm；" in first
-    assert "未通过的：bf16 权重下的生产版 RMSNorm" in first and "2.000%" in first
+    assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的本站 RMSNorm；" in first
+    assert "未通过的：bf16 权重下的本站 RMSNorm" in first and "2.000%" in first
     assert "出错：fp32 权重 + bf16 autocast 下的融合残差加 + RMSNorm" in first and "不可用" in first
-    assert "| bf16 权重：生产版 RMSNorm |" in text and "| 未通过 |" in text and "| 出错 |" in text
+    assert "| bf16 权重：本站 RMSNorm |" in text and "| 未通过 |" in text and "| 出错 |" in text
     assert "ValueError: boom" in text.split("\n\n")[-1], "the caption gives the error"
     assert "fsdp2.svg" in report_fsdp2.render(data)
 

@@ -50,7 +50,7 @@ def test_the_table_has_a_row_per_contender_in_the_run_order(committed):
         f = tables.fmt
         assert row[1] == f"{f(record['median_ms'], 4)}（{f(lo, 4)}–{f(hi, 4)}）"
         assert row[2] == f"{record['tokens_per_s']:,.0f}"
-        assert row[3] == prose.pct(record["mfu"], 1)
+        assert row[3] == prose.pct(record["model_tflops"] / 989.0, 1)  # the H200's dense bf16 peak
         assert row[4] == prose.times(base / record["median_ms"])
         assert row[5] == f(record["peak_gib"])
     assert "951.2（949.9–952.2）" in text  # the committed run, as the brief reads it
@@ -64,7 +64,7 @@ def test_the_caption_names_the_setup_from_the_config(committed):
     for words in (f"Qwen3-8B 全部 {cfg['geometry']['num_hidden_layers']} 层", f"B×T = {cfg['batch']}×{cfg['seq_len']}",
                   "AdamW（fused）", "use_reentrant=False", "每个 decoder 层", "每档一个新进程",
                   f"计时 {cfg['timed_steps']} 步", f"{cfg['warmup']} 步预热",
-                  f"（{tables.fmt(cfg['gemm_ceiling_tflops'])} TFLOP/s）", "区间、FLOPs 与排序规则见测法页",
+                  f"矩阵乘是 {tables.fmt(cfg['gemm_ceiling_tflops'])} TFLOP/s", "区间、FLOPs 与排序规则见测法页",
                   data["environment"]["gpu"]):
         assert words in caption, words
     assert data["environment"]["git_commit"] not in caption and data["environment"]["torch"] not in caption
@@ -187,13 +187,15 @@ def test_the_committed_files_are_what_the_data_renders_to():
 
 
 def test_a_run_without_the_gemm_ceiling_or_memory(committed):
-    """A run off the GPU records no GEMM ceiling, MFU or peak memory: dashes and a caption that says so."""
+    """A run on a GPU with no peak on record (or off the GPU): no MFU, no peak memory; dashes and a caption
+    that says so."""
     data, _ = _data(committed)
     data["config"]["gemm_ceiling_tflops"] = None
+    data["environment"]["gpu"] = "a GPU without a peak on record"
     for record in data["results"].values():
         record.update(mfu=None, peak_gib=None)
     text = report.render(data)["fullsize_table.md"]
-    assert "没有测 GEMM 上限，MFU 未算" in text and "TFLOP/s" not in text
+    assert "没有这张卡的 bf16 峰值，MFU 未算" in text and "TFLOP/s" not in text
     assert all(row[3] == "—" and row[5] == "—" for row in _body(text))
 
 
@@ -205,10 +207,36 @@ def test_fused_add_sentence_is_level_unless_resolved():
 
     full, step = copy.deepcopy(store.load("fullsize")), store.load("step")
     text = fs.fused_add_sentence(full, step)
-    assert "融合版与生产版也持平" in text and text.endswith("。\n")
+    assert "融合版与本站实现也持平" in text and text.endswith("。\n")
+    peak = {c: full["results"][c]["peak_gib"] for c in ("triton_fused_add", "triton")}
+    more = peak["triton_fused_add"] - peak["triton"]
+    assert f"峰值显存{'反而多' if more > 0 else '少'} {abs(more):.1f} GiB" in text  # the difference in words
+    assert fs.memory_clause({"peak": 62.12}, {"peak": 62.1}) == "；峰值显存相同（62.1 GiB 对 62.1 GiB）"
     fused = full["results"]["triton_fused_add"]
     fused["median_ms"] *= 0.95
     fused["ci95_ms"] = [v * 0.95 for v in fused["ci95_ms"]]
-    assert "融合版比生产版快" in fs.fused_add_sentence(full, step)
+    assert "融合版比本站实现快" in fs.fused_add_sentence(full, step)
     fused["status"] = "error"
     assert "没有跑成" in fs.fused_add_sentence(full, step)
+
+
+def test_mfu_is_against_the_dense_bf16_peak_and_the_caption_says_so(committed):
+    """MFU = model FLOPs per second ÷ the H200's dense bf16 peak (989 TFLOP/s, datasheet), the usual convention;
+    the run's own 8192³ GEMM rate is named in the caption, not used as the denominator."""
+    data, _ = _data(committed)
+    text = report.render(data)["fullsize_table.md"]
+    assert "MFU 的分母是 H200 的 bf16 稠密峰值 989 TFLOP/s（数据手册）" in text
+    assert f"同一次运行实测的 8192³ bf16 矩阵乘是 {tables.fmt(data['config']['gemm_ceiling_tflops'])} TFLOP/s" in text
+    eager = next(r for r in report.rows(data) if r["contender"] == "eager")
+    assert eager["mfu"] == data["results"]["eager"]["model_tflops"] / 989.0
+
+
+def test_the_full_model_beats_the_8_layer_amdahl_bound():
+    """篇2 §6.2: the 8-layer step's Amdahl bound for RMSNorm (step ÷ (step − RMSNorm), HF eager, no optimizer) is
+    no ceiling for the full model: swapping only RMSNorm there gains more than that bound."""
+    from bench import store
+    from bench.report import step as step_report
+
+    full, step = store.load("fullsize")["results"], store.load("step")
+    eager = next(r for r in step_report.contender_rows(step) if r["contender"] == "eager")
+    assert eager["bound"] and full["eager"]["median_ms"] / full["triton"]["median_ms"] > eager["bound"]

@@ -40,7 +40,7 @@ def test_the_gain_follows_the_data(quick_fused_add, ratio, words):
     fwd, both, peers = fused_add.gain_parts(fused_times(quick_fused_add, ratio))
     assert both.startswith(f"forward + backward 按字节算（两边带宽相同）能快 {prose.times(11 / 8)}，") and words in both
     assert fwd.startswith(f"forward 按字节算（两边带宽相同）能快 {prose.times(5 / 4)}，")
-    assert peers.startswith("与最快的对手相比，forward + backward ")
+    assert peers.startswith("与最快的对比方案相比，forward + backward ")
     assert "（不融合）" not in both  # no peer name to repeat when the other side is one contender
 
 
@@ -61,10 +61,10 @@ def test_a_ratio_above_the_byte_bound_says_why_from_the_data():
     moved = data["results"]["shapes"][0]["bytes_fwd"]
     beyond = _with_times(data, label, "fwd", (100.0, 99.9, 100.1), (130.0, 129.9, 130.1))
     words = fused_add.gain_parts(beyond)[0]
-    assert f"；{label} 的 1.30 倍高于 1.25×，不是测量起伏（用时比的 p20–p80 区间 1.298–1.302 整个在它之上）" in words
+    assert f"；{label} 的 1.30 倍高于 1.25×，不是测量波动（用时比的 p20–p80 区间 1.298–1.302 整个在它之上）" in words
     assert f"不融合按它实际搬的字节只跑到 {moved * 1.25 / 130e3:,.0f} GB/s，融合版 {moved / 100e3:,.0f} GB/s" in words
     noise = _with_times(data, label, "fwd", (100.0, 96.0, 104.0), (127.0, 126.0, 128.0))
-    assert f"；{label} 的 1.27 倍高于 1.25×，在用时比的 p20–p80 区间 1.212–1.333 之内，是测量起伏" in \
+    assert f"；{label} 的 1.27 倍高于 1.25×，在用时比的 p20–p80 区间 1.212–1.333 之内，是测量波动" in \
         fused_add.gain_parts(noise)[0]
     at_bound = _with_times(data, label, "fwd", (100.0, 99.9, 100.1), (125.2, 125.1, 125.3))
     assert label + " 的" not in fused_add.gain_parts(at_bound)[0]

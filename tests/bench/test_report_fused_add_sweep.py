@@ -101,18 +101,18 @@ def test_the_facts_follow_the_data(five_widths):
 def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths):
     rendered = report.render(five_widths)
     article = rendered["fused_add_sweep_article.md"]
-    assert article.startswith("在 512 到 24576 的 5 个宽度上，融合版的 forward + backward 在 3 个宽度上与最快的对手"
+    assert article.startswith("在 512 到 24576 的 5 个宽度上，融合版的 forward + backward 在 3 个宽度上与最快的对比方案"
                               "持平或更快、在 4 个宽度上不慢于不融合（相差 2% 以内算持平）")
-    assert "对手 ÷ 融合版最低在 H=16383，0.80×（quack），不融合 ÷ 融合版最低在 H=16383，0.97×。" in article
+    assert "对比方案 ÷ 融合版最低在 H=16383，0.80×（quack），不融合 ÷ 融合版最低在 H=16383，0.97×。" in article
     misses = rendered["fused_add_sweep_misses.md"]
-    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs；最快的对手也不到 85%），H=16383（forward、"
-            "backward 走分块路径；行没有 16 字节加载；最快的对手也不到 85%），H=24576（forward、backward 走分块路径；"
-            "最快的对手也不到 85%）；") in misses
-    assert "落后于最快的对手的有 H=512（调用不到 100 µs），H=16383（forward、backward 走分块路径；行没有 16 字节加载）。" in misses
+    assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs；最快的对比方案也不到 85%），H=16383（forward、"
+            "backward 走分块路径；行没有 16 字节加载；最快的对比方案也不到 85%），H=24576（forward、backward 走分块路径；"
+            "最快的对比方案也不到 85%）；") in misses
+    assert "落后于最快的对比方案的有 H=512（调用不到 100 µs），H=16383（forward、backward 走分块路径；行没有 16 字节加载）。" in misses
     assert "慢于不融合的有 H=16383（" in misses
-    assert "落后于最快的对手的有 H=512（调用不到 100 µs），H=16383（" in misses
+    assert "落后于最快的对比方案的有 H=512（调用不到 100 µs），H=16383（" in misses
     text = takeaway(rendered["fused_add_sweep.md"])
-    assert "融合版在 5 个宽度中的 4 个上不慢于不融合，在 5 个宽度中的 3 个上与最快的对手持平或更快" in text
+    assert "融合版在 5 个宽度中的 4 个上不慢于不融合，在 5 个宽度中的 3 个上与最快的对比方案持平或更快" in text
     assert "宽度 ≥ 1024 的 4 个宽度中 1 个达到拷贝上限的 85%" in text
     assert "| H=1024 | " in rendered["fused_add_sweep.md"] and "| 80% | 1.20× | Liger | 1.10× |" in rendered["fused_add_sweep.md"]
 
@@ -140,7 +140,7 @@ def test_the_lowest_ratio_is_named_even_when_ours_leads_everywhere(five_widths):
             if name in s["fwd_bwd"]:
                 s["fwd_bwd"][name]["median_us"] = ours * (1.3 if s["width"] != 4096 else 1.04)
     article = report.render(data)["fused_add_sweep_article.md"]
-    assert "对手 ÷ 融合版最低在 H=4096，1.04×" in article and "在 5 个宽度上与最快的对手持平或更快" in article
+    assert "对比方案 ÷ 融合版最低在 H=4096，1.04×" in article and "在 5 个宽度上与最快的对比方案持平或更快" in article
 
 
 def test_the_tie_rule_and_the_targets_come_from_the_run(five_widths):
@@ -152,7 +152,7 @@ def test_the_tie_rule_and_the_targets_come_from_the_run(five_widths):
     assert f["misses"] == {"of_copy": [16383], "baseline": [16383]}
     assert f["reasons"][512] == []  # 60 µs is no short call under a 50 µs rule
     rendered = report.render(data)
-    assert "落后于最快的对手" not in rendered["fused_add_sweep_misses.md"]
+    assert "落后于最快的对比方案" not in rendered["fused_add_sweep_misses.md"]
     assert "（相差 1% 以内算持平）" in rendered["fused_add_sweep_article.md"]
     assert "占拷贝上限不到 75%（宽度 ≥ 2048）的有 H=16383" in rendered["fused_add_sweep_misses.md"]
 
@@ -177,5 +177,5 @@ def test_a_miss_the_record_gives_no_reason_for_comes_last(five_widths):
     data["results"]["shapes"][1]["fwd_bwd"]["liger"]["median_us"] *= 0.85  # 1024's Liger reaches 85 %
     misses = report.render(data)["fused_add_sweep_misses.md"]
     assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=16383（forward、backward 走分块路径；行没有 16 字节加载；"
-            "最快的对手也不到 85%），H=24576（forward、backward 走分块路径；最快的对手也不到 85%），"
+            "最快的对比方案也不到 85%），H=24576（forward、backward 走分块路径；最快的对比方案也不到 85%），"
             "H=1024（数据里看不出原因）；") in misses

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from artifacts import takeaway
 from bench.report import loss_curve, plots
 from bench_fixtures import check_artifacts, fixture
@@ -12,10 +14,10 @@ from bench_fixtures import check_artifacts, fixture
 def test_renders_from_the_fixture_and_the_quick_run(quick_loss_curve):
     for data in (fixture("loss_curve"), quick_loss_curve):
         rendered = loss_curve.render(data)
-        assert set(rendered) == {"loss_curve.md", "loss_curve_detail.md", "loss_curve.svg"}
+        assert set(rendered) == {"loss_curve.md", "loss_curve_detail.md", "loss_curve_margin.md", "loss_curve.svg"}
         check_artifacts(rendered)
         assert takeaway(rendered["loss_curve.md"]).startswith(f"{data['config']['steps']} 步训练，")
-        assert "生产版 − HF" in plots.svg_texts(rendered["loss_curve.svg"])
+        assert "本站 RMSNorm − HF" in plots.svg_texts(rendered["loss_curve.svg"])
 
 
 def test_the_sentence_names_a_failed_gate():
@@ -35,3 +37,19 @@ def test_the_difference_axis_spans_the_limit_its_title_names():
         limit = f"{100 * rtol:g}"
         assert f"(x − HF) / HF，逐步门限 ±{limit}%" in texts
         assert limit in texts and f"−{limit}" in texts  # the axis' end ticks
+
+
+def test_the_step_gates_margin_is_read_from_the_data():
+    """The methods page's margin of the per-step gate on the H200: the control's and ours' largest per-step
+    differences over both settings, and the threshold as a multiple of ours (a CPU calibration gave five)."""
+    from bench import store
+
+    if not store.data_path("loss_curve").exists():
+        pytest.skip("loss_curve.json not committed")
+    data = store.load("loss_curve")
+    res, variants = data["results"], data["config"]["variants"]
+    ours = max(res[v]["gate"]["max_rel_diff"] for v in variants)
+    control = max(res[v]["control_gate"]["max_rel_diff"] for v in variants)
+    text = loss_curve.margin_sentence(data)
+    assert f"{100 * control:.2f}%" in text and f"{100 * ours:.2f}%" in text
+    assert f"{data['config']['gate']['step_rtol'] / ours:.2f} 倍" in text

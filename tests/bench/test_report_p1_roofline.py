@@ -26,7 +26,7 @@ def test_roofline_tables_follow_the_counts():
         assert f"| {name} | {point['eager']['kernels']} → {point['fused']['kernels']} |" in counts
     ridge = p1_roofline.ridge_flop_per_byte(data)
     assert ridge == pytest.approx(data["results"]["ridge_flop_per_byte"])
-    assert f"| 屋脊点（矩阵乘吞吐 ÷ 拷贝带宽） | {fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
+    assert f"| 屋脊点（本次的矩阵乘吞吐 ÷ 拷贝带宽） | {fmt(ridge)} FLOP/字节 |" in out["p1_roofline_ceilings.md"]
     labels = plots.svg_texts(out["p1_roofline.svg"])
     assert any(t.startswith("算术强度（FLOP/字节") for t in labels) and any("（TFLOP/s" in t for t in labels)
 

@@ -20,7 +20,7 @@ def test_copy_ceiling_is_the_fastest_copy_timed_like_the_kernels():
 
     graph_run = {"copy": {"gbps": 2700.0, "bytes": 2**32, "calls_per_graph": 12},
                  "shapes": [shape(10**8, 3900.0), shape(3 * 10**8, 4150.0)]}
-    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph",
+    assert copy_ceiling(graph_run) == {"gbps": 4150.0, "bytes": 3 * 10**8, "timer": "CUDA graph", "shape": None,
                                       "large_copy_gbps": 2700.0, "large_copy_bytes": 2**32,
                                       "large_copy_timer": "CUDA graph"}
     # The same 4 GiB copy timed eagerly, when faster, is the ceiling.
@@ -48,8 +48,8 @@ def test_comparison_words_follow_the_data_and_the_tie_rule():
     rows = [{"label": "H=1024", "ratio": 1.2, "peer": "liger"}, {"label": "H=2048", "ratio": 1.005, "peer": "liger"},
             {"label": "k_norm", "ratio": 0.8, "peer": "compile_hf"}]
     text = compare_sentence(rows, 0.01)
-    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对手持平（相差不到 1%）" in text
-    assert "在 k_norm 上比最快的对手（torch.compile(HF)）慢 25%" in text
+    assert "在 H=1024 上快于" in text and "在 H=2048 上与最快的对比方案持平（相差不到 1%）" in text
+    assert "在 k_norm 上比最快的对比方案（torch.compile(HF)）慢 25%" in text
     assert "全部" in compare_sentence([dict(r, ratio=1.5) for r in rows], 0.01)
     assert "（相差不到 2%）" in compare_sentence([dict(r, ratio=1.015) for r in rows], 0.02)
 
@@ -167,7 +167,7 @@ def test_plots_take_each_contender_s_colour_from_names(report, name, monkeypatch
     labels = set(plots.svg_texts(svg))
     every = [pair for table in (names.OP_LABELS, names.TRAINING_LABELS, names.LOSS_CURVE_LEGEND)
              for pair in table.items()]
-    legend = {c for c, label in every if label in labels or f"最快的对手：{label}" in labels}
+    legend = {c for c, label in every if label in labels or f"最快的对比方案：{label}" in labels}
     assert legend <= drawn, f"{name}: {sorted(legend - drawn)} in the legend, not in their names.COLOURS colour"
 
 
@@ -176,3 +176,20 @@ def test_env_box_note_is_its_last_line():
     box = env_box(envs, note="只对这些版本成立。")
     assert box.splitlines()[-2:] == ["", "    只对这些版本成立。"]
     assert env_box(envs).count("\n\n") == box.count("\n\n") - 1
+
+
+def test_the_copy_ceiling_says_which_copy_it_is():
+    """A ceiling from one shape's same-bytes copy names that shape and its size to a tenth of a GiB (1.6, not
+    2 GiB), and what the large copy gave under both timers; a large copy is named by its size and timer."""
+    from bench.report.ops import ceiling_text, size
+
+    res = {"copy": {"gbps": 2713.3, "bytes": 4 * 2**30, "calls_per_graph": 12, "eager": {"gbps": 4236.9}},
+           "shapes": [{"label": "I=12288", "bytes_fwd": 1_207_959_552,
+                       "copy_same_bytes": {"gbps": 4257.06, "calls_per_graph": 12}},
+                      {"label": "I=17408", "bytes_fwd": 1_711_276_032,
+                       "copy_same_bytes": {"gbps": 4257.36, "calls_per_graph": 12}}]}
+    assert ceiling_text(res) == ("本次测得最快的设备内拷贝：与 I=17408 的 forward 同字节数（1.6 GiB）的拷贝、CUDA graph 计时，"
+                                 "4,257 GB/s（4 GiB 的拷贝是 CUDA graph 2,713 GB/s、eager 4,237 GB/s）")
+    res["copy"]["eager"]["gbps"] = 4300.0
+    assert ceiling_text(res) == "本次测得最快的设备内拷贝：4 GiB、eager 计时，4,300 GB/s"
+    assert (size(4 * 2**30), size(1_711_276_032), size(336e6)) == ("4 GiB", "1.6 GiB", "336 MB")

@@ -23,10 +23,10 @@ def _set_fused(data, ratio, spread):
 
 
 @pytest.mark.parametrize("ratio, spread, words, absent", [
-    (0.97, 0.001, "比生产版快 3.0%", "波动区间"),
-    (0.97, 0.05, "比生产版快 3.0%", "波动区间"),  # a ratio rule (older files) reads the ratio only
-    (1.05, 0.001, "比生产版慢 5.0%", "波动区间"),
-    (0.995, 0.05, "与生产版持平（相差不到 1%）", "比生产版"),
+    (0.97, 0.001, "比本站 RMSNorm 快 3.0%", "波动区间"),
+    (0.97, 0.05, "比本站 RMSNorm 快 3.0%", "波动区间"),  # a ratio rule (older files) reads the ratio only
+    (1.05, 0.001, "比本站 RMSNorm 慢 5.0%", "波动区间"),
+    (0.995, 0.05, "与本站 RMSNorm 持平（相差不到 1%）", "比本站 RMSNorm"),
 ])
 def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
     data = _set_fused(_step_fixture(), ratio, spread)
@@ -38,7 +38,7 @@ def test_fused_add_words_follow_the_data(ratio, spread, words, absent):
     assert words in report._step_takeaway(data, rows)  # the step table's sentence says the same
     header = next(line for line in text.splitlines() if line.startswith("|"))
     cells = [c.strip() for c in header.strip("|").split("|")]
-    assert len(cells) <= 6 and cells[0] == "档位" and "相对生产版" in cells
+    assert len(cells) <= 6 and cells[0] == "档位" and "相对本站 RMSNorm" in cells
     body = [line for line in text.splitlines() if line.startswith("| ") and "档位" not in line and ":--" not in line]
     assert [line.split("|")[1].strip() for line in body] == [
         report.label(t) for t in ("eager", "triton", report.FUSED_ADD)]
@@ -52,7 +52,7 @@ def test_fused_add_share_clause_follows_the_data():
     step = data["results"]["triton"]["median_ms"]
     profile["rmsnorm_ms"] = 0.02 * step  # RMSNorm 2 % of the step: not much left to save
     small = report.fused_add_takeaway(data, report.contender_rows(data))
-    assert "生产版的一步里 RMSNorm 只占 2.0%" in small and "step 层面能省的本来就不多" in small
+    assert "本站 RMSNorm 这一档的一步里，RMSNorm 只占 2.0%" in small and "step 层面能省的本来就不多" in small
     profile["rmsnorm_ms"] = 0.2 * step
     large = report.fused_add_takeaway(data, report.contender_rows(data))
     assert "占 20.0%" in large and "本来就不多" not in large
@@ -65,15 +65,15 @@ def test_fused_add_without_the_tier_says_so():
     assert "没有跑成" in text.split("\n\n")[0]
     assert report.label(report.FUSED_ADD) not in text.split("\n\n")[1]  # not a row of the table
     del data["results"][report.FUSED_ADD]  # a run from before the tier existed
-    assert report.fused_add_takeaway(data, report.contender_rows(data)).endswith("生产版 + 融合残差加法这一档还没有测。")
+    assert report.fused_add_takeaway(data, report.contender_rows(data)).endswith("本站 RMSNorm + 融合残差加法这一档还没有测。")
 
 
 def test_a_tie_is_what_the_run_s_rule_says():
     """Within the recorded tie rule the fused add is level with ours; a run with a 2 % rule says so at 1.5 %."""
     data = _set_fused(_step_fixture(), 0.985, 0.001)
-    assert "比生产版快 1.5%" in report.fused_add_takeaway(data, report.contender_rows(data))
+    assert "比本站 RMSNorm 快 1.5%" in report.fused_add_takeaway(data, report.contender_rows(data))
     data["config"]["tie_rule"] = "within_2pct"
-    assert "与生产版持平（相差不到 2%）" in report.fused_add_takeaway(data, report.contender_rows(data))
+    assert "与本站 RMSNorm 持平（相差不到 2%）" in report.fused_add_takeaway(data, report.contender_rows(data))
 
 
 def test_renders_from_the_quick_run(quick_step):
@@ -103,13 +103,13 @@ def test_with_intervals_level_means_overlapping_intervals():
     ours["ci95_ms"] = [ours["median_ms"] * 0.96, ours["median_ms"] * 1.01]
     fused["ci95_ms"] = [fused["median_ms"] * 0.99, fused["median_ms"] * 1.02]
     text = report.fused_add_takeaway(data, report.contender_rows(data))
-    assert "与生产版持平（95% 区间" in text and "快 3.0%" not in text
+    assert "与本站 RMSNorm 持平（95% 区间" in text and "快 3.0%" not in text
     data = _set_fused(_step_fixture(), 0.995, 0.001)
     data["config"]["tie_rule"] = "ci95_disjoint"
     ours, fused = data["results"]["triton"], data["results"][report.FUSED_ADD]
     ours["ci95_ms"] = [ours["median_ms"] * 0.999, ours["median_ms"] * 1.001]
     fused["ci95_ms"] = [fused["median_ms"] * 0.999, fused["median_ms"] * 1.001]
-    assert "比生产版快 0.5%" in report.fused_add_takeaway(data, report.contender_rows(data))
+    assert "比本站 RMSNorm 快 0.5%" in report.fused_add_takeaway(data, report.contender_rows(data))
     table = report.render(data)["step_time.md"]
     assert "95% 区间（ms）" in table and "GPU 时间（ms / step）" in table
 

@@ -18,6 +18,8 @@ def test_the_headline_is_the_committed_full_size_job_against_hf_eager():
     assert f"{env['gpu_count']} 张 {env['gpu'].replace('NVIDIA ', '')} 上训练完整的 Qwen3-8B（36 层，bf16，AdamW，激活检查点" in text
     assert (f"每秒 token 数从 HF eager 的 {base['tokens_per_s']:,.0f} 升到 {ours['tokens_per_s']:,.0f}"
             f"（{ours['tokens_per_s'] / base['tokens_per_s']:.2f}×）") in text
+    assert (f"MFU（按 H200 的 bf16 稠密峰值 989 TFLOP/s 算）从 {100 * base['model_tflops'] / 989:.1f}% 到 "
+            f"{100 * ours['model_tflops'] / 989:.1f}%") in text
     assert f"叠加是 {both['tokens_per_s']:,.0f}" in text and f"]({summary_index.LINK})" in text
     assert summary_index.render_summary(store.load) == {"index_headline.md": text}
 

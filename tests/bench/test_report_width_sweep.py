@@ -128,10 +128,10 @@ def test_the_committed_sentence_and_plot_name_the_true_worst():
     assert f"落后最多的是 forward 在 H={low['width']}，只有 quack 速度的 {low['ratio']:.2f}×" in sentence
     assert sentence.count("落后最多") == 1
     texts = plots.svg_texts(rendered["width_sweep.svg"])  # the ratio plot: two directions, the tie band, the worst
-    assert {"forward", "forward + backward", "持平（相差 2% 以内）", "最快的对手用时 ÷ 生产版用时"} <= set(texts)
+    assert {"forward", "forward + backward", "持平（相差 2% 以内）", "用时比：最快的对比方案 ÷ 本站"} <= set(texts)
     assert f"最差：forward，H={low['width']}，{low['ratio']:.2f}×" in texts
     every = plots.svg_texts(rendered["width_sweep_all.svg"])  # the methods page's plot: every contender
-    assert {"生产版", "F.rms_norm", "torch.compile(HF)", "Liger", "quack"} <= set(every)
+    assert {"本站实现", "F.rms_norm", "torch.compile(HF)", "Liger", "quack"} <= set(every)
 
 
 def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(four_widths):
@@ -144,8 +144,8 @@ def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(fou
             ours = s["fwd"]["triton"]
             s["fwd"]["compile_hf"] = dict(ours, median_us=ours["median_us"] / 1.1)
     line = width_sweep.wide_forward_sentence(data)
-    assert line == ("宽于 1000 的行，forward 最快的对手：H=2048 是 F.rms_norm，生产版是它速度的 0.80×；"
-                    "H=3000 是 torch.compile(HF)（Inductor 生成的 Triton kernel），生产版是它速度的 0.91×。\n")
+    assert line == ("宽于 1000 的行，forward 最快的对比方案：H=2048 是 F.rms_norm，本站实现是它速度的 0.80×；"
+                    "H=3000 是 torch.compile(HF)（Inductor 生成的 Triton kernel），本站实现是它速度的 0.91×。\n")
     for s in data["results"]["shapes"]:  # now level at 2048 (within 2 %) and ahead at 3000
         ours = s["fwd"]["triton"]
         if s["width"] == 2048:
@@ -155,7 +155,38 @@ def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(fou
                 if peer in s["fwd"]:
                     s["fwd"][peer] = dict(ours, median_us=ours["median_us"] * 1.05)
     line = width_sweep.wide_forward_sentence(data)
-    assert "H=2048 是 F.rms_norm，生产版与它持平（0.99×）" in line, line
-    assert "生产版比它快（1.05×）" in line, line
+    assert "H=2048 是 F.rms_norm，本站实现与它持平（0.99×）" in line, line
+    assert "本站实现比它快（1.05×）" in line, line
     data["config"]["chunked_backward_above"] = 4096
     assert width_sweep.wide_forward_sentence(data) == "宽于 4096 的行上 forward 没有可比的结果。\n"
+
+
+def test_the_worst_points_label_sits_inside_the_plot(monkeypatch):
+    """The "最差" label is drawn inside the axes, clear of the tick labels, whichever side the worst width is on."""
+    import matplotlib.pyplot as plt
+
+    from bench import store
+
+    if not store.data_path("width_sweep").exists():
+        pytest.skip("width_sweep.json not committed")
+    data = store.load("width_sweep")
+    figures = []
+    monkeypatch.setattr(width_sweep.plots, "svg_of", lambda fig: figures.append(fig) or "")
+    for flip in (False, True):  # the committed worst width, then the same sweep with its widths mirrored
+        case = copy.deepcopy(data)
+        if flip:
+            widths = sorted(s["width"] for s in case["results"]["shapes"])
+            mirror = dict(zip(widths, reversed(widths)))
+            for s in case["results"]["shapes"]:
+                s["width"] = mirror[s["width"]]
+        figures.clear()
+        width_sweep._ratio_plot(case)
+        fig = figures[0]
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        label = next(c for c in ax.texts if c.get_text().startswith("最差："))
+        box, frame = label.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+        ticks = [t.get_window_extent(renderer) for t in ax.get_yticklabels() + ax.get_xticklabels() if t.get_text()]
+        assert not any(box.overlaps(t) for t in ticks)
+        plt.close(fig)
