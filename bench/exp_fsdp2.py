@@ -9,7 +9,25 @@ precision settings), but on ``WORLD_SIZE`` processes under FSDP2, one contender 
   (``harness.loss_gate.control_norm_class``), its final-loss distance from HF is the noise floor;
 * ``triton``   ``patch_qwen3_rmsnorm(TritonQwen3RMSNorm)`` (snippets/qwen3_patch.py);
 * ``triton_fused_add`` ``patch_qwen3_fused_add_rmsnorm()`` (snippets/qwen3_fused_add_patch.py): residual add +
-  RMSNorm fused at every add -> norm pair. Recorded as unavailable where that module does not exist.
+  RMSNorm fused at every add -> norm pair. Recorded as unavailable where that module does not exist;
+* ``fusion_set``  ``apply_qwen3_fusion()`` (snippets/qwen3_fusion_patch.py): RMSNorm, fused add, QK-norm + RoPE,
+  SwiGLU, HF's loss;
+* ``fusion_set_loss`` ``apply_qwen3_fusion(loss=True)``: the set and its lm_head + cross-entropy without logits;
+* ``liger``    ``apply_liger_kernel_to_qwen3()``'s full patch (GPU only; undone after it: modeling_qwen3 is
+  restored from a copy of its namespace).
+
+Host time: every step also records how long the host took to issue it (the call returns before the GPU is
+done: nothing in a step waits for it), next to its CUDA-event time. A step whose host time is about its GPU
+time is host-bound: more kernels or slower launches show there first.
+
+Large geometry (``BENCH_FSDP2_PARTS`` picks ``small``, ``large`` or both, the default): the reader's job that
+needs sharding. Qwen3-8B at full depth (36 layers), bf16 parameters, gradients and AdamW state,
+activation checkpointing (non-reentrant) on every decoder layer, ``fully_shard`` per decoder layer and on the
+root, random tokens, ``large_batch`` sequences of ``seq_len`` per rank. Contenders: ``hf``, ``fusion_set``,
+``fusion_set_loss``, ``liger``. Per contender: the first step's loss (the mean over ranks), the median step
+time and host time per rank after ``large_warmup`` steps, tokens per second per GPU, the model FLOPs per token
+(bench/harness/training.py, for MFU), and peak memory per rank. 8B in bf16 with AdamW is about 66 GB of
+parameters, gradients and state, 33 GB a rank on two GPUs, which leaves room for activations on an 80 GB card.
 
 Each contender patches modeling_qwen3, builds a fresh model with the same seed, loads the same
 initial weights (one state dict, built once with HF's classes: equal starts whatever a patch
@@ -43,6 +61,7 @@ interpreter (``CUDA_VISIBLE_DEVICES=""``, ``TRITON_INTERPRET=1``), so the CPU su
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pathlib
@@ -50,12 +69,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 import torch
 
 from bench import ROOT
 from bench.harness import mode, timers
+from bench.harness.training import build_config
 from bench.harness.record import worker_args
 from bench.harness.loss_gate import (OPTIMIZER, control_norm_class, corpus, gate_with_control, geometry, loss_config,
                                      model_config, rounded)
@@ -66,8 +87,15 @@ from rmsnorm_triton import TritonQwen3RMSNorm
 
 NAME = "fsdp2"
 WORLD_SIZE = 2
-CONTENDERS = ("hf", "control", "triton", "triton_fused_add")  # HF and the control first: the gate needs both
-GATED = ("triton", "triton_fused_add")  # held to HF by the gate
+# HF and the control first: the gate needs both; Liger last (its patch is undone from a copy, see liger_patch)
+CONTENDERS = ("hf", "control", "triton", "triton_fused_add", "fusion_set", "fusion_set_loss", "liger")
+GATED = ("triton", "triton_fused_add", "fusion_set", "fusion_set_loss", "liger")  # held to HF by the gate
+LARGE_CONTENDERS = ("hf", "fusion_set", "fusion_set_loss", "liger")
+PARTS = ("small", "large")
+# The quick run (CPU, interpreted kernels) keeps the suite short: these only in bf16, and the large part with
+# HF and the whole set with its loss.
+QUICK_BF16_ONLY = ("fusion_set", "fusion_set_loss")
+QUICK_LARGE_CONTENDERS = ("hf", "fusion_set_loss")
 FUSED_MODULE = "qwen3_fused_add_patch"
 TIMEOUT_S = {True: 240, False: 540}  # quick, full: a device job gets 600 s
 TIMING_WARMUP = 10  # steps left out of the median step time (allocator, Triton compilation)
@@ -83,6 +111,24 @@ def fsdp2_config(quick: bool) -> dict:
     if cfg["batch"] % WORLD_SIZE:
         raise ValueError(f"batch {cfg['batch']} does not split over {WORLD_SIZE} ranks")
     return cfg
+
+
+def large_config(quick: bool) -> dict:
+    """The large geometry: Qwen3-8B at full depth (quick: a tiny model) trained as a reader shards it."""
+    if quick:
+        return dict(model=dict(size="tiny", num_hidden_layers=2, vocab_size=512), large_batch=1, seq_len=32,
+                    large_warmup=1, large_steps=2, lr=1e-5, seed=0)
+    return dict(model=dict(size="8B", num_hidden_layers=36), large_batch=1, seq_len=4096, large_warmup=2,
+                large_steps=8, lr=1e-5, seed=0)
+
+
+def selected_parts() -> list[str]:
+    wanted = os.environ.get("BENCH_FSDP2_PARTS")
+    parts = [t.strip() for t in wanted.split(",") if t.strip()] if wanted else list(PARTS)
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}; choose from {list(PARTS)}")
+    return parts
 
 
 def rank_rows(starts: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -117,7 +163,37 @@ def contender_patch(contender: str):
                 raise  # the module exists but is broken: that is a failure, not an absence
             raise Unavailable(f"snippets/{FUSED_MODULE}.py not in this checkout") from error
         return patch_qwen3_fused_add_rmsnorm()
+    if contender in ("fusion_set", "fusion_set_loss"):
+        from qwen3_fusion_patch import apply_qwen3_fusion
+
+        return apply_qwen3_fusion(loss=contender == "fusion_set_loss")
+    if contender == "liger":
+        return liger_patch()
     raise ValueError(f"unknown contender {contender!r}")
+
+
+def liger_patch():
+    """Liger's full Qwen3 patch (rope, rms_norm, swiglu, fused linear cross-entropy); returns an undo that
+    restores modeling_qwen3's namespace and Qwen3ForCausalLM.forward (Liger offers none)."""
+    if not torch.cuda.is_available():
+        raise Unavailable("Liger's kernels run on CUDA only")
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+    except ImportError as error:
+        raise Unavailable(f"liger_kernel not importable: {error!r}") from error
+    import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
+
+    namespace, forward = dict(vars(modeling_qwen3)), modeling_qwen3.Qwen3ForCausalLM.forward
+    apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True,
+                                cross_entropy=False)
+
+    def undo():
+        for name in set(vars(modeling_qwen3)) - set(namespace):
+            delattr(modeling_qwen3, name)
+        vars(modeling_qwen3).update(namespace)
+        modeling_qwen3.Qwen3ForCausalLM.forward = forward
+
+    return undo
 
 
 def _gather(value) -> list:
@@ -151,13 +227,15 @@ def train_contender(contender: str, variant: str, cfg: dict, initial: dict, toke
         fully_shard(model)
         optimizer = adamw(model, cfg["lr"])
         autocast = torch.bfloat16 if variant == "amp" else None
-        losses, steps = [], iter(range(cfg["steps"]))
+        losses, host_ms, steps = [], [], iter(range(cfg["steps"]))
 
         def step():
             i = next(steps)
+            began = time.perf_counter()
             batch = get_batch(tokens, rows[i], cfg["seq_len"])
             lr = cosine_lr(i, cfg["steps"], cfg["lr"], cfg["warmup"])
             losses.append(train_step(model, optimizer, batch, lr, autocast))
+            host_ms.append((time.perf_counter() - began) * 1e3)
 
         if on_gpu:
             torch.cuda.reset_peak_memory_stats(device)
@@ -171,12 +249,93 @@ def train_contender(contender: str, variant: str, cfg: dict, initial: dict, toke
     dist.all_reduce(mean_loss)  # SUM (gloo has no AVG), then / ranks: the global batch's mean loss
     mean_loss /= dist.get_world_size()
     timed = times_ms[min(TIMING_WARMUP, len(times_ms) - 1):]
+    host = host_ms[min(TIMING_WARMUP, len(host_ms) - 1):]
     per_rank = _gather({"step_ms": rounded(times_ms, 4), "median_ms": statistics.median(timed),
-                        "peak_gib": peak, "parameters": local_parameters})
+                        "host_ms": statistics.median(host), "peak_gib": peak, "parameters": local_parameters})
     return {"status": "ok", "losses": mean_loss.tolist(),  # rounded once gated
             "median_step_ms": [r["median_ms"] for r in per_rank], "peak_gib": [r["peak_gib"] for r in per_rank],
+            "median_host_ms": [r["host_ms"] for r in per_rank],
             "parameters_per_rank": [r["parameters"] for r in per_rank], "fsdp_modules": fsdp_modules,
             "step_ms": [r["step_ms"] for r in per_rank]}
+
+
+def train_large(contender: str, large: dict, device: str, on_gpu: bool) -> dict:
+    """One contender of the large geometry under FSDP2; the record every rank agrees on."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import Qwen3ForCausalLM
+
+    from bench.harness.training import model_flops_per_token
+
+    if on_gpu:
+        torch.cuda.empty_cache()
+    undo = contender_patch(contender)
+    try:
+        config = build_config(large["model"])
+        torch.manual_seed(large["seed"])
+        with torch.device(device):
+            model = Qwen3ForCausalLM(config)
+        model.to(torch.bfloat16).train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=large["lr"])
+        generator = torch.Generator(device=device).manual_seed(1234 + dist.get_rank())
+        batches = [torch.randint(0, config.vocab_size, (large["large_batch"], large["seq_len"]), device=device,
+                                 generator=generator) for _ in range(2)]
+        host_ms, counter = [], itertools.count()
+
+        def step():
+            began, batch = time.perf_counter(), batches[next(counter) % 2]
+            loss = model(input_ids=batch, labels=batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            host_ms.append((time.perf_counter() - began) * 1e3)
+            return loss.detach()
+
+        first = step()
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(large["large_warmup"] - 1):
+            step()
+        times_ms = timers.call_times_ms([step], large["large_steps"], on_gpu=on_gpu)
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if on_gpu else None
+    finally:
+        undo()
+    dist.all_reduce(first)
+    first_loss = float(first) / dist.get_world_size()
+    host = host_ms[large["large_warmup"]:]
+    per_rank = _gather({"step_ms": rounded(times_ms, 4), "median_ms": statistics.median(times_ms),
+                        "host_ms": statistics.median(host), "peak_gib": peak})
+    tokens = large["large_batch"] * large["seq_len"]
+    medians = [r["median_ms"] for r in per_rank]
+    return {"status": "ok", "first_loss": first_loss, "median_step_ms": medians,
+            "median_host_ms": [r["host_ms"] for r in per_rank], "peak_gib": [r["peak_gib"] for r in per_rank],
+            "step_ms": [r["step_ms"] for r in per_rank],
+            "tokens_per_s_per_gpu": tokens / (max(medians) / 1e3),
+            "flops_per_token": model_flops_per_token(config, large["seq_len"])}
+
+
+def run_large(large: dict, device: str, on_gpu: bool, log, quick: bool) -> dict:
+    out = {}
+    for contender in QUICK_LARGE_CONTENDERS if quick else LARGE_CONTENDERS:
+        log(f"large/{contender}: {large['large_steps']} timed steps")
+        try:
+            out[contender] = train_large(contender, large, device, on_gpu)
+        except Unavailable as why:
+            out[contender] = {"status": "unavailable", "reason": str(why)}
+            continue
+        except Exception as error:  # raised alike on every rank: record, go on
+            out[contender] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
+            log(f"large/{contender}: ERROR {out[contender]['reason']}\n{traceback.format_exc(limit=-4)}")
+            continue
+        r = out[contender]
+        log(f"large/{contender}: first loss {r['first_loss']:.4f}, median step "
+            + ", ".join(f"{t:.1f}" for t in r["median_step_ms"]) + " ms, host "
+            + ", ".join(f"{t:.1f}" for t in r["median_host_ms"]) + " ms (per rank)")
+    return out
 
 
 def rank(quick: bool, out: pathlib.Path) -> None:
@@ -198,9 +357,13 @@ def rank(quick: bool, out: pathlib.Path) -> None:
     rows = rank_rows(batch_starts(tokens.numel(), cfg["batch"], cfg["seq_len"], cfg["steps"],
                                   seed=cfg["data_seed"]), rank, world)
     results = {}
-    for variant in cfg["variants"]:
+    parts = selected_parts()
+    for variant in cfg["variants"] if "small" in parts else ():
         trained = {}
         for contender in CONTENDERS:
+            if quick and variant != "bf16" and contender in QUICK_BF16_ONLY:
+                trained[contender] = {"status": "skipped", "reason": "quick run: bf16 only (CPU time)"}
+                continue
             log(f"{variant}/{contender}: {cfg['steps']} steps on {world} ranks")
             try:
                 trained[contender] = train_contender(contender, variant, cfg, initial, tokens, rows, device, on_gpu)
@@ -227,12 +390,16 @@ def rank(quick: bool, out: pathlib.Path) -> None:
             if r["status"] == "ok":
                 r["losses"] = rounded(r["losses"])
         results[variant] = trained
-    gated = [results[v][a] for v in cfg["variants"] for a in GATED if results[v][a]["status"] == "ok"]
-    statuses = [results[v][a]["status"] for v in cfg["variants"] for a in CONTENDERS]
+    variants = [v for v in cfg["variants"] if v in results]
+    gated = [results[v][a] for v in variants for a in GATED if results[v][a]["status"] == "ok"]
+    statuses = [results[v][a]["status"] for v in variants for a in CONTENDERS]
     results["passed"] = bool(gated) and all(r["gate"]["passed"] for r in gated) and "error" not in statuses
-    results["unavailable"] = sorted({a for v in cfg["variants"] for a in CONTENDERS
+    results["unavailable"] = sorted({a for v in variants for a in CONTENDERS
                                      if results[v][a]["status"] == "unavailable"})
-    results["errors"] = [f"{v}/{a}" for v in cfg["variants"] for a in CONTENDERS if results[v][a]["status"] == "error"]
+    results["errors"] = [f"{v}/{a}" for v in variants for a in CONTENDERS if results[v][a]["status"] == "error"]
+    large = large_config(quick)
+    if "large" in parts:
+        results["large"] = run_large(large, device, on_gpu, log, quick)
     config = model_config(cfg)
     cfg.update(
         geometry=geometry(config), world_size=world, backend=dist.get_backend(),
@@ -245,7 +412,16 @@ def rank(quick: bool, out: pathlib.Path) -> None:
         data=(f"global batch of {cfg['batch']} windows per step from batch_starts(seed={cfg['data_seed']}); "
               f"rank r takes rows r, r + {world}, ...; loss = mean over ranks = the global batch's mean"),
         timing="per rank: CUDA events around each step, median after the first "
-               f"{TIMING_WARMUP} steps; peak = max_memory_allocated of the training loop")
+               f"{TIMING_WARMUP} steps; host time: how long the step's Python call took to return (nothing in a "
+               "step waits for the GPU); peak = max_memory_allocated of the training loop",
+        parts=parts,
+        large=dict(large, contenders=list(LARGE_CONTENDERS), geometry=geometry(build_config(large["model"])),
+                   step="forward with labels + backward + AdamW (foreach, bf16 state) + zero_grad; activation "
+                        "checkpointing (non-reentrant) on every decoder layer; fully_shard per decoder layer, "
+                        "then on the root; random tokens, each rank its own",
+                   timing=f"per rank: CUDA events around each of the {large['large_steps']} steps after "
+                          f"{large['large_warmup']} warm-up steps (the first's loss recorded), median; tokens/s per "
+                          "GPU from the slowest rank's median; peak = max_memory_allocated after the first step"))
     if rank == 0:
         out.write_text(json.dumps({"config": cfg, "results": results}, ensure_ascii=False), encoding="utf-8")
     dist.barrier()

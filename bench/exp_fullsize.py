@@ -45,8 +45,8 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from bench.harness import mode, stats
-from bench.harness.training import (ContenderSkipped, build_config, fusion_parts, norm_class,
-                                    run_contender_process, write_child_record)
+from bench.harness.training import (ContenderSkipped, build_config, fusion_parts, model_flops_per_token,
+                                    norm_class, run_contender_process, write_child_record)
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
 from qwen3_patch import patch_qwen3_rmsnorm
 from rmsnorm_triton import TritonQwen3RMSNorm
@@ -86,16 +86,6 @@ def fullsize_config(quick: bool) -> dict:
     batch = int(os.environ.get("BENCH_FULLSIZE_BATCH", 2))
     return dict(model=dict(size="8B", num_hidden_layers=36), batch=batch, seq_len=4096, dtype="bfloat16",
                 warmup=3, timed_steps=30, lr=1e-5, quick=False)
-
-
-def model_flops_per_token(config, seq_len: int) -> float:
-    """6 x matmul parameters + causal attention's score and value products, forward + backward."""
-    h, layers = config.hidden_size, config.num_hidden_layers
-    attn = config.num_attention_heads * config.head_dim
-    kv = config.num_key_value_heads * config.head_dim
-    per_layer = h * attn + 2 * h * kv + attn * h + 3 * h * config.intermediate_size
-    matmul_params = layers * per_layer + h * config.vocab_size  # lm_head; the embedding is a lookup
-    return 6 * matmul_params + 6 * layers * seq_len * attn
 
 
 def quack_norm_class():

@@ -89,3 +89,14 @@ def write_child_record(contender: str, label: str, measure, out: pathlib.Path, l
         record.update(status="error", reason=repr(error)[:500], traceback=traceback.format_exc()[-3000:])
         log(f"FAILED: {error!r}")
     out.write_text(json.dumps(record), encoding="utf-8")
+
+
+def model_flops_per_token(config, seq_len: int) -> float:
+    """6 x matmul parameters + causal attention's score and value products, forward + backward (the MFU
+    numerator of the full-size and FSDP2 runs; checkpointing's recomputation is not counted)."""
+    h, layers = config.hidden_size, config.num_hidden_layers
+    attn = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    per_layer = h * attn + 2 * h * kv + attn * h + 3 * h * config.intermediate_size
+    matmul_params = layers * per_layer + h * config.vocab_size  # lm_head; the embedding is a lookup
+    return 6 * matmul_params + 6 * layers * seq_len * attn

@@ -42,7 +42,7 @@ def config(data) -> dict:
 
 
 VERDICT = {"hf": "基准", "control": "噪声底"}
-STATUS_ZH = {"unavailable": "不可用", "error": "出错"}
+STATUS_ZH = {"unavailable": "不可用", "error": "出错", "skipped": "未运行"}
 
 
 def _ok(data: dict, variant: str) -> list[str]:
@@ -68,7 +68,9 @@ def article_facts(data: dict) -> dict:
         "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "").replace("NVIDIA ", "") or None,
         "steps": cfg["steps"], "variants": [precision_zh(v) for v in variants],
         "gated": [TRAINING_LABELS[a] for a in gated_ids if any(a == b for _, b in gated)],
-        "all_gated": len(gated) == len(gated_ids) * len(variants),
+        # every gated contender that could run here (not unavailable, not left out of a quick run) was gated
+        "all_gated": len(gated) == sum(results[v][a]["status"] not in ("unavailable", "skipped")
+                                       for v in variants for a in gated_ids),
         "passed": results["passed"],
         "gate_passed": [_where(v, a) for v, a in gated if results[v][a]["gate"]["passed"]],
         "failed": [_where(v, a) for v, a in gated if not results[v][a]["gate"]["passed"]],
@@ -208,7 +210,10 @@ def render(data: dict) -> dict[str, str]:
     table = tables.md_table(["精度设置：实现", "末段 loss（nats/字节）", "与 HF 逐步最大差（nats）",
                              "末段差（%，阈值）", "判定", "step 时间（ms）"], rows, "lrrrcr")
     curves = {v: {a: results[v][a]["losses"] for a in _ok(data, v)} for v in cfg["variants"]}
-    return {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
+    out = {}
+    if "large" in data["results"]:
+        out["fsdp2_large.md"] = large_table(data)
+    return out | {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
             "fsdp2_sentence.md": article_sentence(data),
             "fsdp2_fused_add.md": fused_add_sentence(data),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
@@ -220,3 +225,33 @@ def _legend(cfg) -> tuple[dict, dict]:
     curves = {a: TRAINING_LABELS[a] for a in cfg["contenders"] if a != "control"}
     diffs = {"control": CONTROL_DIFF, **{a: f"{TRAINING_LABELS[a]} − HF" for a in cfg["gated"]}}
     return curves, diffs
+
+
+def large_table(data: dict) -> str:
+    """The large geometry: a row per contender, the slowest rank's median step, host time, tokens/s per GPU,
+    MFU against the GPU's dense bf16 peak, peak memory per rank, first-step loss."""
+    from bench.report.names import DENSE_BF16_PEAK_TFLOPS
+
+    large, results = data["config"]["large"], data["results"]["large"]
+    peak_tflops = DENSE_BF16_PEAK_TFLOPS.get(data["environment"].get("gpu"))
+    f, rows = tables.fmt, []
+    for contender in large["contenders"]:
+        r = results.get(contender, {"status": "skipped"})
+        name = TRAINING_LABELS[contender]
+        if r["status"] != "ok":
+            rows.append([name, STATUS_ZH[r["status"]], "—", "—", "—", "—", "—"])
+            continue
+        mfu = (r["flops_per_token"] * r["tokens_per_s_per_gpu"] / 1e12 / peak_tflops) if peak_tflops else None
+        peak = max(r["peak_gib"]) if all(p is not None for p in r["peak_gib"]) else None
+        rows.append([name, f(max(r["median_step_ms"]), 4), f(max(r["median_host_ms"]), 4),
+                     f(r["tokens_per_s_per_gpu"], 4), prose.pct(mfu, 1) if mfu is not None else "—",
+                     f(peak, 3) if peak is not None else "—", f"{r['first_loss']:.5f}"])
+    g = large["geometry"]
+    caption = (f"Qwen3-{large['model']['size']} 几何、{g['num_hidden_layers']} 层（hidden {g['hidden_size']}），"
+               f"每卡 {large['large_batch']} 条 × {large['seq_len']} token，{data['config']['world_size']} 卡 FSDP2"
+               "（每个解码层和整个模型各 fully_shard 一次），bf16 参数、梯度与 AdamW 状态，每层激活检查点；"
+               f"{large['large_warmup']} 步预热后计时 {large['large_steps']} 步，step 取各卡中位数里较大的一个；"
+               "主机耗时是一步的 Python 调用返回所用的时间（step 里没有等 GPU 的操作）；MFU 以 GPU 的稠密 bf16 峰值为分母")
+    table = tables.md_table(["档位", "step（ms）", "主机耗时（ms）", "tokens/s/GPU", "MFU", "峰值显存（GiB/卡）",
+                             "第一步 loss"], rows, "lrrrrrr")
+    return prose.page(table, caption)

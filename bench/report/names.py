@@ -37,6 +37,8 @@ COLOURS = {
     "three_gemms": "#5E5E5E",
     "compile_three": "#2E7A3A",
     "merged_gemm": "#C77A1E",
+    "fusion_set": "#0B3C78",
+    "fusion_set_loss": "#E0662A",
 }
 
 # Op level (rmsnorm, width_sweep, fused_add; the conclusion's rows): the kernels side by side.
@@ -74,7 +76,8 @@ LOSS_LABELS = {"hf_eager": "HF eager", "compile": "torch.compile", "liger": "Lig
                "ours_compile": "本站 + compile", "ours_unchecked": "本站（不检查标签）"}
 # The loss gate under FSDP2 (fsdp2): rows, sentences and legend.
 TRAINING_LABELS = {"hf": "HF 原版", "control": "对照组（只舍入一次）", "triton": "本站 RMSNorm",
-                   "triton_fused_add": "融合残差加 + RMSNorm"}
+                   "triton_fused_add": "融合残差加 + RMSNorm", "fusion_set": "本站整套",
+                   "fusion_set_loss": "本站整套 + 融合 loss", "liger": "Liger（全套补丁）"}
 # The loss-curve plot's legend (loss_curve): the curves on top, the differences from HF below.
 LOSS_CURVE_LEGEND = {"hf": "HF Qwen3RMSNorm", "triton": "本站 Triton RMSNorm"}
 CONTROL_DIFF = "对照组 − HF（对照组：正确、只舍入一次的 RMSNorm）"
@@ -90,7 +93,7 @@ FUSION_LABELS = {"eager": "HF eager", "fused": "torch.compile", "flash": "sdpa�
 
 # A GPU's dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from its datasheet: the denominator of MFU
 # (NVIDIA H200 datasheet: 1,979 TFLOP/s with 2:4 sparsity, half of it dense). Not a measurement.
-DENSE_BF16_PEAK_TFLOPS = {"NVIDIA H200": 989.0}
+DENSE_BF16_PEAK_TFLOPS = {"NVIDIA H200": 989.0, "NVIDIA H100 80GB HBM3": 989.0}  # H100 SXM: the same figure
 
 PHASES = {"fwd": "forward", "fwd_bwd": "forward + backward"}
 PRECISIONS = {"amp": "fp32 权重 + bf16 autocast", "bf16": "bf16 权重", "fp32": "fp32"}  # the loss gate's settings

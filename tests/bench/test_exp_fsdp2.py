@@ -66,6 +66,12 @@ def test_quick_run_trains_every_contender_and_gates_the_patched_ones(quick_fsdp2
         trained = results[variant]
         assert set(trained) == set(exp_fsdp2.CONTENDERS)
         for contender, r in trained.items():
+            if r["status"] == "skipped":  # the quick run keeps the whole set to bf16
+                assert variant != "bf16" and contender in exp_fsdp2.QUICK_BF16_ONLY, (variant, contender)
+                continue
+            if contender == "liger" and cfg["backend"] == "gloo":
+                assert r["status"] == "unavailable" and "CUDA only" in r["reason"]
+                continue
             if contender == "triton_fused_add" and not fused_here:
                 assert r["status"] == "unavailable" and exp_fsdp2.FUSED_MODULE in r["reason"]
                 continue
@@ -82,7 +88,8 @@ def test_quick_run_trains_every_contender_and_gates_the_patched_ones(quick_fsdp2
             if contender in exp_fsdp2.GATED:
                 assert r["gate"]["passed"], (variant, contender, r["gate"])
         assert trained["control"]["gate"]["final_rel_diff"] < 5e-3  # the noise floor is small
-    assert results["unavailable"] == ([] if fused_here else ["triton_fused_add"])
+    expected = ([] if fused_here else ["triton_fused_add"]) + (["liger"] if cfg["backend"] == "gloo" else [])
+    assert results["unavailable"] == sorted(expected)
     errors = [f"{v}/{a}" for v in cfg["variants"] for a in exp_fsdp2.CONTENDERS if results[v][a]["status"] == "error"]
     assert results["errors"] == errors and results["passed"] == (not errors)
 
@@ -106,3 +113,26 @@ def test_the_config_records_what_the_report_reads(quick_fsdp2):
     cfg = quick_fsdp2["config"]
     assert cfg["contenders"] == list(exp_fsdp2.CONTENDERS) and cfg["gated"] == list(exp_fsdp2.GATED)
     assert "arms" not in cfg
+
+
+def test_quick_run_trains_the_large_geometry(quick_fsdp2):
+    """The large part's path: sharded per layer with checkpointing, each contender's first-step loss near
+    HF's, step and host times and tokens/s per rank, the model FLOPs per token for MFU."""
+    cfg, large = quick_fsdp2["config"], quick_fsdp2["results"]["large"]
+    assert cfg["parts"] == ["small", "large"] and cfg["large"]["contenders"] == list(exp_fsdp2.LARGE_CONTENDERS)
+    assert set(large) == set(exp_fsdp2.QUICK_LARGE_CONTENDERS)
+    hf = large["hf"]["first_loss"]
+    for contender, r in large.items():
+        assert r["status"] == "ok", (contender, r)
+        assert abs(r["first_loss"] - hf) < 1e-3 * hf, contender
+        assert [len(t) for t in r["step_ms"]] == [cfg["large"]["large_steps"]] * 2
+        assert all(h > 0 for h in r["median_host_ms"]) and r["tokens_per_s_per_gpu"] > 0
+        assert r["flops_per_token"] > 0
+
+
+def test_parts_are_selectable(monkeypatch):
+    monkeypatch.setenv("BENCH_FSDP2_PARTS", "large")
+    assert exp_fsdp2.selected_parts() == ["large"]
+    monkeypatch.setenv("BENCH_FSDP2_PARTS", "small,nope")
+    with pytest.raises(ValueError, match="unknown parts"):
+        exp_fsdp2.selected_parts()

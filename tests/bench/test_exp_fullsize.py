@@ -2,6 +2,7 @@
 import pytest
 
 from bench import exp_fullsize
+from bench.harness import training
 from qwen3_configs import qwen3_config
 
 
@@ -10,7 +11,7 @@ def test_model_flops_of_qwen3_8b():
     h, i, v, layers = 4096, 12288, 151936, 36
     q, kv = 32 * 128, 8 * 128
     matmul = layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + h * v
-    assert exp_fullsize.model_flops_per_token(config, 4096) == 6 * matmul + 6 * layers * 4096 * q
+    assert training.model_flops_per_token(config, 4096) == 6 * matmul + 6 * layers * 4096 * q
     # The matmul parameters are the model's minus the embedding and the norm weights.
     norms = layers * (2 * h + 2 * 128) + h
     assert matmul == 8_190_735_360 - v * h - norms

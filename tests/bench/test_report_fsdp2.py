@@ -13,7 +13,10 @@ from bench.report import plots
 def test_render_from_the_quick_run(quick_fsdp2):
     rendered = report_fsdp2.render(quick_fsdp2)
     assert rendered == report_fsdp2.render(json.loads(json.dumps(quick_fsdp2))), "deterministic"
-    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md", "fsdp2_fused_add.md"}
+    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_sentence.md", "fsdp2_fused_add.md", "fsdp2_large.md"}
+    large = rendered["fsdp2_large.md"]  # the large geometry: a row per contender, Liger's unavailable on CPU
+    assert large.count("\n| ") == 1 + len(quick_fsdp2["config"]["large"]["contenders"])
+    assert "| 本站整套 + 融合 loss |" in large and "MFU 以 GPU 的稠密 bf16 峰值为分母" in large
     sentence = rendered["fsdp2_sentence.md"]
     assert sentence.count("。") == 2 and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
     assert "TFLOP" in sentence and "所以这里的 step 时间说明不了 kernel 的快慢" in sentence  # the small-model caveat
@@ -45,7 +48,7 @@ def test_render_says_fail_error_and_unavailable(quick_fsdp2):
     data["results"]["unavailable"] = ["triton_fused_add"]
     text = report_fsdp2.render(data)["fsdp2.md"]
     first = text.split("\n\n", 1)[0]
-    assert "通过 loss 门限的：fp32 权重 + bf16 autocast 下的本站 RMSNorm；" in first
+    assert re.search(r"通过 loss 门限的：fp32 权重 \+ bf16 autocast 下的本站 RMSNorm[、；]", first)
     assert "未通过的：bf16 权重下的本站 RMSNorm" in first and "2.000%" in first
     assert "出错：fp32 权重 + bf16 autocast 下的融合残差加 + RMSNorm" in first and "不可用" in first
     assert "| bf16 权重：本站 RMSNorm |" in text and "| 未通过 |" in text and "| 出错 |" in text
