@@ -13,7 +13,7 @@ them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lin
 * fusion_page_qk.md, fusion_page_swiglu.md: the sentences under the page's two forward + backward tables;
 * fusion_page_fma.md: what FMA contraction did to the QK kernel's bits (the QK probe);
 * fusion_page_swiglu_bits.md, fusion_page_swiglu_probe.md: the SwiGLU probe's bits and times;
-* fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table, data file and logs.
+* fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table and data files.
 
 The tables themselves are bench/report/fusion.py's (``fusion_<kernel>_<phase>.md``). Every number and every
 comparison word below is computed from the data; "faster", "level" and "slower" follow the run's tie rule.
@@ -21,7 +21,6 @@ comparison word below is computed from the data; "faster", "level" and "slower" 
 from __future__ import annotations
 
 import json
-import re
 
 from bench import store
 from bench.report import prose, tables
@@ -32,7 +31,6 @@ from bench.report.ops import at, by_tie
 from bench.report.render import MissingData
 from bench.report.step import label as step_label
 from bench.report.step import level
-from bench.report.summary_p2 import log_outcome
 
 NAME_QK, NAME_SWIGLU = "qk_rope", "swiglu"
 NAME_QKV = "qkv"
@@ -437,23 +435,9 @@ def probe_table(sw: dict) -> str:
 
 # ---------------------------------------------------------------- provenance
 
-def provenance(data, step, folder, probes: list[str]) -> str:
-    """The two data files' rows and the logs that belong to the page: the runs' own, the probes, the config
-    sweep and the GPU test runs of the commits the data (by its run logs' names) and the probes ran at."""
-    described = store.load_logs(folder.name)
-    commits = {str(d["environment"].get("git_commit", ""))[:7] for d in (data, step)}
-    commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in probes}
-    commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in described
-                if re.fullmatch(r"(step_)?fusion-[0-9a-f]{7}\.log", name)}
-    names = sorted(n for n in described if "fusion" in n or n in probes
-                   or any(n == f"gpu-tests-{c}.log" for c in commits))
-    rows = []
-    for name in names:
-        outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
-        rows.append([f"`{name}`", described[name]["note"] + (f"（{outcome}）" if outcome else "")])
-    return (tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
-            + f"\n番外二的 GPU 日志（都在 `docs/data/{folder.name}/` 下）：\n\n"
-            + tables.md_table(["文件", "内容"], rows, "ll"))
+def provenance(data, step) -> str:
+    """The two data files' rows (their logs are described in logs.json, which the methods page links)."""
+    return tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
 
 
 def render_summary(load) -> dict[str, str]:
@@ -477,5 +461,5 @@ def render_summary(load) -> dict[str, str]:
         "fusion_page_swiglu_bits.md": swiglu_bits_sentence(sw),
         "fusion_page_swiglu_probe.md": swiglu_probe_sentence(sw),
         "fusion_page_probe_table.md": probe_table(sw),
-        "fusion_page_provenance.md": provenance(data, step, folder, list(names.values())),
+        "fusion_page_provenance.md": provenance(data, step),
     }

@@ -360,12 +360,11 @@ def render_summary(load) -> dict[str, str]:
             pass
     envs = [d["environment"] for d in data.values()]
     gpu = store.gpu_slug(rms["environment"].get("gpu") or "cpu")
-    logs = tables.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
+    p2_logs(gpu)  # every committed log is described in logs.json (the repository's log index, linked from the page)
     out = {
         "p2_env.md": tables.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
                                                                           else ()), note=versions_note(envs)),
-        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
-        + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
+        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()}),
         "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss, data.get("fullsize"), data.get("host"))),
         "p2_conclusion.md": conclusion(rms, step),
         "p2_survey.md": survey(rms, step),

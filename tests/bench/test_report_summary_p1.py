@@ -18,7 +18,8 @@ MODULES = {"p1_profile": p1_profile, "p1_roofline": p1_roofline, "p1_compile": p
 def test_summaries_are_skipped_without_data():
     with pytest.raises(MissingData):
         summary_p1.render_summary(loader("no-such-gpu"))
-    assert render_all("no-such-gpu") == {}
+    # only the reports measured on one GPU alone render (from that folder: render.data_gpu); no 篇 1 artifact
+    assert not any(path.name.startswith("p1_") for path in render_all("no-such-gpu"))
 
 
 @pytest.fixture(scope="module")
