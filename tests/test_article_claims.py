@@ -559,3 +559,126 @@ def test_loss_check_cost_is_within_noise():
     diffs = [e["fwd_bwd"]["ours"]["median_us"] - e["fwd_bwd"]["ours_unchecked"]["median_us"]
              for e in data["results"]["shapes"]]
     assert min(diffs) < 0 < max(diffs)
+
+# ---------------------------------------------------------------- hand-written 要点, conclusions, home page
+# The pages write these sentences by hand and look their numbers up ({{ report.name }}); each comparison word
+# in them ("持平", "快于", "慢于", "最快的一档", "多于", the home page's order) is checked here against the data and
+# its tie rule: the 8-layer step's disjoint 95 % intervals, the full-size job's intervals plus the 8-layer
+# resolution (bench/report/fullsize.level), the op-level runs' own tie rules.
+
+def _step_rows(name):
+    from bench import store
+    from bench.report.step import contender_rows
+
+    return {r["contender"]: r for r in contender_rows(store.load(name)) if r["status"] == "ok"}
+
+
+def _full():
+    from bench import store
+    from bench.report import fullsize
+
+    resolution = store.load("step")["config"]["resolution"]
+    ok = [r for r in fullsize.rows(store.load("fullsize")) if r["status"] == "ok"]
+    return {r["contender"]: r for r in ok}, fullsize.tiers(ok, resolution), resolution
+
+
+def test_p2_keypoints_and_recipe_words():
+    """篇 2 要点 and §八 (and the home page): compiled, ours adds nothing (level); on the full model Liger's patch is
+    in the fastest tier and ours on top of it is level with it; ours alone is level with quack's and slower than
+    regional compile and Liger; forward + backward beats the fastest peer at every shape; the fusion set beats
+    our RMSNorm alone and is level with Liger without its loss; both loss-curve settings pass; ours' host time
+    per call is above F.rms_norm's at some shape."""
+    from bench import store
+    from bench.report import fullsize, rmsnorm
+    from bench.report.names import tie
+    from bench.report.step import disjoint, level
+
+    step = _step_rows("step")
+    cfg = store.load("step")["config"]
+    assert level(step["triton_compile"], step["compile"], cfg)
+    full, tiers, resolution = _full()
+    assert {r["contender"] for r in tiers[0]} == {"liger", "liger_triton"}
+    assert fullsize.level(full["liger_triton"], full["liger"], resolution)
+    assert fullsize.level(full["triton"], full["quack"], resolution)
+    for faster in ("compile", "liger"):
+        assert full[faster]["step"] < full["triton"]["step"] and not fullsize.level(full[faster], full["triton"], resolution)
+    rms = store.load("rmsnorm")
+    assert all(r["ratio"] > 1 + tie(rmsnorm.config(rms)) for r in rmsnorm.vs_best_peer(rms, "fwd_bwd"))
+    fusion = _step_rows("step_fusion")
+    base, ours, liger = fusion["triton"], fusion["fusion_set"], fusion["liger_no_loss"]
+    assert ours["hi"] < base["lo"] and liger["hi"] < base["lo"]
+    assert not disjoint((ours["lo"], ours["hi"]), (liger["lo"], liger["hi"]))
+    loss = store.load("loss_curve")
+    assert all(loss["results"][v]["gate"]["passed"] for v in loss["config"]["variants"])
+    host = store.load("host")
+    assert any(s["fwd_bwd"]["triton"]["wall_us"] > s["fwd_bwd"]["torch_rms_norm"]["wall_us"]
+               for s in host["results"]["shapes"] if {"triton", "torch_rms_norm"} <= set(s["fwd_bwd"]))
+
+
+def test_home_page_order_is_what_the_intervals_allow():
+    """The home page ranks Liger's patch (ours on top level with it), regional compile, then our RMSNorm (level with
+    quack's): each tier resolved from the next (fullsize.tiers), and compile and ours in different tiers."""
+    full, tiers, _ = _full()
+    names = [{r["contender"] for r in t} for t in tiers]
+    where = {c: i for i, t in enumerate(names) for c in t}
+    assert where["liger"] == where["liger_triton"] < where["compile"] < where["triton"] == where["quack"] < where["eager"]
+
+
+def test_p1_keypoints_and_ranking_words():
+    """篇 1 要点 and §八: RMSNorm saves the most per layer, then RoPE, then SwiGLU, each resolved from the next; the
+    QKV merge's saving reaches 0; RoPE has the largest speed-up; at the small shape CUDA graph gains more than
+    compile; the small kernels' share of the time is below their share of the kernels."""
+    from bench import store
+    from bench.report import summary_p1
+
+    ranks = {r["name"]: r["rank"] for r in summary_p1.ranked(summary_p1.savings(store.load("p1_roofline")))}
+    assert ranks == {"RMSNorm": 1, "RoPE": 2, "SwiGLU": 3, "QKV merge": None}
+    rows = summary_p1.savings(store.load("p1_roofline"))
+    assert max(rows, key=lambda r: r["eager_us"] / r["fused_us"])["name"] == "RoPE"
+    tiny = min(store.load("p1_compile")["results"]["shapes"], key=lambda e: e["tokens"])
+    assert summary_p1._fwd_bwd_ratio(tiny, "cuda_graph") > summary_p1._fwd_bwd_ratio(tiny, "compile")
+    v = summary_p1.summary_values(store.load)["p1"]
+    assert float(v["small_share"].rstrip("%")) / 100 < int(v["small_kernels"]) / int(v["kernels"])
+
+
+def test_fused_add_keypoints_words():
+    """番外 要点: in the 8-layer step the fused add is level with our RMSNorm, at full size too and with more peak
+    memory; at op level no fusion is slower at every shape (forward + backward), and the backward's passes drop."""
+    from bench import store
+    from bench.report import fullsize, fused_add
+    from bench.report.names import tie
+    from bench.report.step import level
+
+    step = _step_rows("step")
+    assert level(step["triton_fused_add"], step["triton"], store.load("step")["config"])
+    full, _, resolution = _full()
+    assert fullsize.level(full["triton_fused_add"], full["triton"], resolution)
+    assert full["triton_fused_add"]["peak"] > full["triton"]["peak"]
+    data = fused_add.current(store.load("fused_add"))
+    baseline = fused_add.config(data)["baseline"]
+    assert all(r["ratios"][baseline] > 1 + tie(fused_add.config(data)) for r in fused_add.vs_peers(data, "fwd_bwd"))
+    p = fused_add.passes(data)
+    assert p["fused"]["fwd_bwd"] - p["fused"]["fwd"] < p["unfused"]["fwd_bwd"] - p["unfused"]["fwd"]
+
+
+def test_fusion_keypoints_words():
+    """番外二 要点 and §八: QK-norm + RoPE beats torch.compile(HF) at every shape (forward + backward) and, in the
+    step, beats the RMSNorm-only tier while level with Liger's RoPE; our SwiGLU is slower than torch.compile(HF)
+    at every shape; the whole set is level with Liger without its loss, both faster than RMSNorm alone; the QKV
+    merge saves less than the step resolves."""
+    from bench import store
+    from bench.report import fusion, fusion_page
+    from bench.report.names import tie
+    from bench.report.step import disjoint
+
+    data = store.load("fusion")
+    within = tie(data["config"])
+    assert all(r["ratios"]["compile_hf"] > 1 + within for r in fusion.rows(data, "qk_rope", "fwd_bwd"))
+    assert all(r["ratios"]["compile_hf"] < 1 - within for r in fusion.rows(data, "swiglu", "fwd_bwd"))
+    rows = _step_rows("step_fusion")
+    base = rows["triton"]
+    for ours, theirs in (("triton_qk_rope", "triton_liger_rope"), ("fusion_set", "liger_no_loss")):
+        assert rows[ours]["hi"] < base["lo"] and rows[theirs]["hi"] < base["lo"], ours
+        assert not disjoint((rows[ours]["lo"], rows[ours]["hi"]), (rows[theirs]["lo"], rows[theirs]["hi"])), ours
+    saving = fusion_page.qkv_saving(data, store.load("step_fusion"))
+    assert saving["per_step_ms"] < saving["resolution_ms"]

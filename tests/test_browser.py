@@ -6,7 +6,8 @@ At a desktop (1280x800) and a phone (390x844) viewport, fails on any table, code
 image or diagram wider than the content column, and on a table that scrolls sideways;
 a code block may scroll sideways on the phone only.
 Screenshots of every page, light and dark, go to artifacts/screenshots/.
-At 1280 px, each article is at most ``MAX_ARTICLE_HEIGHT_PX`` tall, every string in a plot
+At 1280 px, every page is at most ``MAX_PAGE_HEIGHT_PX`` tall (articles, methods pages, home page …;
+``tests/test_docs_reader.py`` keeps a cheap proxy of it without a browser), every string in a plot
 renders at ``MIN_FIGURE_TEXT_PX`` or more, every diagram label at ``MIN_DIAGRAM_TEXT_PX`` or
 more, and every diagram fits one 1280x800 screen; the measured heights are printed.
 
@@ -176,6 +177,7 @@ INSPECT_READING = """
 """
 ARTICLE_PATHS = ["/qwen3-fusion/", "/triton-rmsnorm/", "/triton-rmsnorm-fused-add/", "/qwen3-qk-rope-swiglu/"]
 MAX_ARTICLE_HEIGHT_PX = 25_000
+MAX_PAGE_HEIGHT_PX = 25_000  # every page, methods pages included (issue 45)
 MIN_FIGURE_TEXT_PX = 10
 MIN_DIAGRAM_TEXT_PX = 12
 MAX_DIAGRAM_HEIGHT_PX = 800
@@ -343,8 +345,10 @@ def _check_page(browser, server: str, path: str, scheme: str, site: pathlib.Path
                 problems.append(f"mermaid diagram {index}: {diagram['state']}: {diagram['text']!r}")
         if len(ok) != expected:
             problems.append(f"expected {expected} mermaid diagrams rendered to SVG, found {len(ok)}")
+        if inspect:  # before the overflow check opens <details>
+            seen["height"] = page.evaluate("document.documentElement.scrollHeight")
         if inspect and path in ARTICLE_PATHS:
-            seen["reading"] = page.evaluate(INSPECT_READING)  # before the overflow check opens <details>
+            seen["reading"] = page.evaluate(INSPECT_READING)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         # JPEG: 2.6 s against a PNG's 3.8 s for the 55,000-px methods page, and plenty to look at
         page.screenshot(path=str(SCREENSHOTS / _screenshot_name(path, scheme)), full_page=True,
@@ -431,6 +435,15 @@ def test_articles_read_at_desktop_width(light_desktop_visits, built_site):
     print("\n" + "\n".join(lines))
     if problems:
         pytest.fail(f"{len(problems)} reading problem(s) at 1280 px:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def test_every_page_fits_the_height_limit(light_desktop_visits):
+    """Every page of the site, as a reader opens it at 1280 px (folded blocks closed): at most
+    ``MAX_PAGE_HEIGHT_PX`` tall. The heights are printed."""
+    heights = {path: seen["height"] for path, seen in light_desktop_visits.items()}
+    print("\n" + "\n".join(f"{path}: {h} px at 1280 px" for path, h in sorted(heights.items())))
+    tall = {path: h for path, h in heights.items() if h > MAX_PAGE_HEIGHT_PX}
+    assert not tall, f"pages taller than {MAX_PAGE_HEIGHT_PX} px at 1280 px: {tall}"
 
 
 def test_plot_text_sizes_are_read_from_the_svg():

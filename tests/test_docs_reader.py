@@ -75,6 +75,37 @@ def test_article_prose_length(page):
                     f"({count - limit} over; python tests/tools/prose_count.py {page})", pytrace=False)
 
 
+METHODS_PAGES = ["docs/qwen3-fusion-methods.md", "docs/triton-rmsnorm-methods.md",
+                 "docs/triton-rmsnorm-extras-methods.md"]
+# The browser check (tests/test_browser.py::test_every_page_fits_the_height_limit) holds every page to 25,000 px
+# at 1280 px; without Chromium it skips. This budget is on tests/tools/page_height.py's estimate, which reads
+# 1.00-1.38x the browser's height (its CALIBRATION): 27,000 passes the methods pages as they are (at most about
+# 26,200, for a 24,500-px page) and fails 篇 2's methods page before issue 45 (about 136,000) five times over.
+METHODS_HEIGHT_BUDGET = 27_000
+
+
+@pytest.mark.parametrize("page", METHODS_PAGES)
+def test_methods_pages_fit_the_height_budget(page):
+    import page_height
+
+    estimate = page_height.estimate_page(docs_tools.ROOT / page)
+    print(f"\n{page}: about {estimate:,} px at 1280 px by the proxy (budget {METHODS_HEIGHT_BUDGET:,})")
+    assert estimate <= METHODS_HEIGHT_BUDGET, (
+        f"{page}: about {estimate:,} px at 1280 px (budget {METHODS_HEIGHT_BUDGET:,}): move logs, history and "
+        "ledgers to the repository, or fold a reference table (python tests/tools/page_height.py PAGE)")
+
+
+def test_the_height_proxy_is_calibrated():
+    """Every calibration page's estimate is within 1.00-1.38x its browser height, and the proxy still reads
+    the old methods page (with its log table and three claims ledgers) far over the budget."""
+    import page_height
+
+    ratios = [estimate / measured for _, measured, estimate in page_height.CALIBRATION]
+    assert 0.95 <= min(ratios) and max(ratios) <= 1.45, ratios
+    old = [e for name, _, e in page_height.CALIBRATION if "before" in name][0]
+    assert old > 4 * METHODS_HEIGHT_BUDGET
+
+
 def test_every_article_has_a_limit():
     assert sorted(prose_count.LIMITS) == sorted(ARTICLES)
     assert sorted(code_count.LIMITS) == sorted(ARTICLES)

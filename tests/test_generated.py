@@ -166,7 +166,7 @@ def test_no_generated_table_carries_an_environment_footer():
             assert not re.search(r"commit `[0-9a-f]{7}", text) and "GPU: " not in text, name
     if "p1_env.md" in artifacts:  # the 篇1 environment box and provenance table render from the data
         assert artifacts["p1_env.md"].startswith('!!! info "实验环境"')
-        assert artifacts["p1_provenance.md"].startswith("| 数据文件 | 提交 | 测量日期 | 重新生成的命令 |")
+        assert artifacts["p1_provenance.md"].startswith("| 数据文件 | 提交 | 测量日期 |")
 
 
 def test_env_box_and_provenance_table_build_from_environment_blocks():
@@ -176,7 +176,7 @@ def test_env_box_and_provenance_table_build_from_environment_blocks():
     assert box.startswith('!!! info "实验环境"\n\n    GPU：')
     assert f" · transformers：{env['transformers']} · " in box and box.endswith(f" · 测量日期：{env['date'][:10]}\n")
     table = tables.provenance_table({"step.json": data})
-    assert f"| `step.json` | `{env['git_commit'][:7]}` | {env['date'][:10]} | `{env['command']}` |" in table
+    assert f"| `step.json` | `{env['git_commit'][:7]}` | {env['date'][:10]} |" in table
 
 
 # ---------------------------------------------------------------- (b) data files

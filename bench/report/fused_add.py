@@ -200,3 +200,18 @@ def render(data: dict) -> dict[str, str]:
             "fused_add_ratios.md": _ratio_table(data),
             "fused_add_bandwidth.svg": bandwidth_bars(data, data["config"]["contenders"], "残差加 + RMSNorm",
                                                       side_by_side=True)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer."""
+    data = current(data)
+    p, baseline = passes(data), config(data)["baseline"]
+    out = {"fwd_passes_unfused": str(p["unfused"]["fwd"]), "fwd_passes_fused": str(p["fused"]["fwd"]),
+           "bwd_passes_unfused": str(p["unfused"]["fwd_bwd"] - p["unfused"]["fwd"]),
+           "bwd_passes_fused": str(p["fused"]["fwd_bwd"] - p["fused"]["fwd"])}
+    for phase in ("fwd", "fwd_bwd"):
+        rows = vs_peers(data, phase)
+        out[f"{phase}_unfused_ratio"] = prose.times_span(r["ratios"][baseline] for r in rows)
+        out[f"{phase}_peer_ratio"] = prose.times_span(r["ratio"] for r in rows)
+        out[f"{phase}_of_copy"] = prose.pct_span(r["of_copy"] for r in rows)
+    return out

@@ -4,7 +4,6 @@ A summary (``render_summary(load)``; bench/report/render.py finds it like the su
 fusion.json, step_fusion.json (the fusion set in a training step) and two committed H200 diagnostics next to
 them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lines after its script), and renders
 
-* fusion_page_keypoints.md: the 要点 box;
 * fusion_page_env.md: the 实验环境 box (both data files' environments);
 * fusion_page_step.md: the reading of the step table (step_fusion.py's), ranked only where 95 % intervals are
   disjoint;
@@ -13,7 +12,9 @@ them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lin
 * fusion_page_qk.md, fusion_page_swiglu.md: the sentences under the page's two forward + backward tables;
 * fusion_page_fma.md: what FMA contraction did to the QK kernel's bits (the QK probe);
 * fusion_page_swiglu_bits.md, fusion_page_swiglu_probe.md: the SwiGLU probe's bits and times;
-* fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table, data file and logs.
+* fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table and data files;
+
+and ``summary_values(load)``, the figures the page's hand-written 要点 writes ({{ fusion.NAME }}).
 
 The tables themselves are bench/report/fusion.py's (``fusion_<kernel>_<phase>.md``). Every number and every
 comparison word below is computed from the data; "faster", "level" and "slower" follow the run's tie rule.
@@ -21,18 +22,16 @@ comparison word below is computed from the data; "faster", "level" and "slower" 
 from __future__ import annotations
 
 import json
-import re
 
 from bench import store
 from bench.report import prose, tables
 from bench.report import step_fusion
-from bench.report.fusion import gemm_rows, is_gemm, rows as fusion_rows
+from bench.report.fusion import gemm_rows, is_gemm, peers as fusion_peers, rows as fusion_rows
 from bench.report.names import OP_LABELS, tie
 from bench.report.ops import at, by_tie
 from bench.report.render import MissingData
 from bench.report.step import label as step_label
 from bench.report.step import level
-from bench.report.summary_p2 import log_outcome
 
 NAME_QK, NAME_SWIGLU = "qk_rope", "swiglu"
 NAME_QKV = "qkv"
@@ -91,67 +90,6 @@ def _of_copy(rows, name) -> list[float]:
 
 def _ours(data, kernel) -> str:
     return data["config"]["kernels"][kernel]["ours"]
-
-
-def qk_points(data, rms=None) -> list[str]:
-    within = tie(data["config"])
-    both = shares(data, NAME_QK, "fwd_bwd")
-    best = fastest(both)
-    peers = {r["peer"] for r in best}
-    other = OP_LABELS[peers.pop()] if len(peers) == 1 else "最快的对比方案"
-    first = ("QK-norm + RoPE：q、k 两边的 RMSNorm、转置和 RoPE 合成一个 kernel（backward 另有一个归约 dW 的小 kernel），"
-             "forward + backward "
-             + compare(best, within, other))
-    liger = versus(both, "liger")
-    if liger:
-        first += f"；Liger 用时是本站的 {prose.times_span(r['ratio'] for r in liger)} 倍"
-        norm = liger_norm_share(data, rms)
-        if norm and norm["share"] > 0.5:  # its RMSNorm alone takes more than half of its time
-            first += "，主要慢在它的 RMSNorm 上（§五）"
-    mine = _of_copy(both, _ours(data, NAME_QK))
-    second = f"但离拷贝上限还有距离：本站的 forward + backward 只达到拷贝上限的 {prose.pct_span(mine)}"
-    compiled = _of_copy(both, "compile_hf")
-    if compiled:
-        second += f"（{OP_LABELS['compile_hf']} 是 {prose.pct_span(compiled)}）"
-    return [first + "。", second + "。"]
-
-
-def swiglu_points(data) -> list[str]:
-    within = tie(data["config"])
-    both = shares(data, NAME_SWIGLU, "fwd_bwd")
-    behind = all(r["ratio"] <= 1 - within for r in fastest(both))
-    clauses = [compare(versus(both, peer), within, OP_LABELS[peer]) for peer in ("compile_hf", "liger")
-               if versus(both, peer)]
-    text = "SwiGLU：" + ("手写没有赢，" if behind else "") + "forward + backward " + "；".join(clauses)
-    compiled = _of_copy(both, "compile_hf")
-    if compiled:
-        text += (f"。{OP_LABELS['compile_hf']} 已达到拷贝上限的 {prose.pct_span(compiled)}，本站是 "
-                 f"{prose.pct_span(_of_copy(both, _ours(data, NAME_SWIGLU)))}")
-    return [text + "。"]
-
-
-def advice(data, step) -> str:
-    """The last 要点: what to use, from the forward + backward comparisons (the run's tie rule) and, for the
-    whole set, the step experiment (95 % intervals)."""
-    within = tie(data["config"])
-    parts = []
-    sw = shares(data, NAME_SWIGLU, "fwd_bwd")
-    compiled, liger = versus(sw, "compile_hf"), versus(sw, "liger")
-    if compiled and all(r["ratio"] <= 1 - within for r in compiled):
-        text = f"SwiGLU 用 {OP_LABELS['compile_hf']}"
-        liger_ahead = [r for r in liger if r["ratio"] <= 1 - within]
-        if len(liger_ahead) * 2 > len(liger):
-            text += f"，不编译时用 Liger（{len(liger)} 个宽度中 {len(liger_ahead)} 个比本站快）"
-        parts.append(text)
-    facts = step_facts(step)
-    cfg = facts["cfg"]
-    whole = _name(_liger_of(cfg, cfg["ours"]))
-    verdict = facts["wins"].get(cfg["ours"])
-    if verdict is None and facts["rows"].get(cfg["ours"], {}).get("status") == "ok":
-        parts.append(f"一步训练里本站整套与 {whole}持平：已经用 Liger 的，换成本站这一套看不出差别")
-    elif verdict:
-        parts.append(f"一步训练里本站整套快过 {whole}：用 `apply_qwen3_fusion`")
-    return "建议：" + "。".join(parts) + "。"
 
 
 # ---------------------------------------------------------------- step_fusion.json
@@ -215,15 +153,6 @@ def _pairs_clause(facts) -> str:
     return text + "，" + (f"整套与 {whole}也持平" if same == "持平" else phrase("整套", whole, same))
 
 
-def step_point(step) -> str:
-    """The 要点 of the step experiment: the set against the RMSNorm patch alone, then against Liger."""
-    facts = step_facts(step)
-    cfg = facts["cfg"]
-    text = (f"一步训练（{_setup(step)}）：本站整套融合的速度是只打篇 2 RMSNorm 补丁时的 {_tier(facts, cfg['ours'])}；"
-            + _pairs_clause(facts))
-    return text + "。"
-
-
 def step_sentence(step) -> str:
     """The reading under the step table (whose own sentence gives the pairs against Liger): what the set and
     each kernel alone buy over the RMSNorm patch, and the smallest difference the run resolves."""
@@ -276,25 +205,6 @@ def qkv_sentence(data, step) -> str:
                  f"约一步的 {prose.pct(saving['share'], 2)}，远小于那个实验能分辨的 "
                  f"{tables.fmt(saving['resolution_ms'], 2)} ms。")
     return text + "\n"
-
-
-def qkv_point(data, step) -> str:
-    saving = qkv_saving(data, step)
-    both = gemm_rows(data, NAME_QKV, "fwd_bwd")
-    text = (f"把 q、k、v 三个投影合成一个 GEMM：forward + backward 的用时是三个 GEMM 的 "
-            f"{prose.times_span(r['ratio'] for r in both)} 倍")
-    if saving:
-        text += (f"，一步训练（{saving['layers']} 层）只省约 {tables.fmt(saving['per_step_ms'], 2)} ms，远小于能分辨的 "
-                 f"{tables.fmt(saving['resolution_ms'], 2)} ms")
-    return text + "；它还要改 HF 的参数，所以没有放进补丁。"
-
-
-def keypoints(data, step, rms=None) -> str:
-    points = ["".join(qk_points(data, rms))] + swiglu_points(data) + [step_point(step)]
-    if qkv_saving(data, step):
-        points.append(qkv_point(data, step))
-    points.append(advice(data, step))
-    return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
 def env_box(data, step) -> str:
@@ -437,23 +347,9 @@ def probe_table(sw: dict) -> str:
 
 # ---------------------------------------------------------------- provenance
 
-def provenance(data, step, folder, probes: list[str]) -> str:
-    """The two data files' rows and the logs that belong to the page: the runs' own, the probes, the config
-    sweep and the GPU test runs of the commits the data (by its run logs' names) and the probes ran at."""
-    described = store.load_logs(folder.name)
-    commits = {str(d["environment"].get("git_commit", ""))[:7] for d in (data, step)}
-    commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in probes}
-    commits |= {re.sub(r".*-([0-9a-f]{7})\.log$", r"\1", name) for name in described
-                if re.fullmatch(r"(step_)?fusion-[0-9a-f]{7}\.log", name)}
-    names = sorted(n for n in described if "fusion" in n or n in probes
-                   or any(n == f"gpu-tests-{c}.log" for c in commits))
-    rows = []
-    for name in names:
-        outcome = log_outcome((folder / name).read_text(encoding="utf-8", errors="replace"))
-        rows.append([f"`{name}`", described[name]["note"] + (f"（{outcome}）" if outcome else "")])
-    return (tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
-            + f"\n番外二的 GPU 日志（都在 `docs/data/{folder.name}/` 下）：\n\n"
-            + tables.md_table(["文件", "内容"], rows, "ll"))
+def provenance(data, step) -> str:
+    """The two data files' rows (their logs are described in logs.json, which the methods page links)."""
+    return tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
 
 
 def render_summary(load) -> dict[str, str]:
@@ -467,7 +363,6 @@ def render_summary(load) -> dict[str, str]:
     names = {kind: probe_name(folder, kind) for kind in PROBES}
     qk, sw = (probe_output((folder / names[k]).read_text(encoding="utf-8")) for k in ("qk", "swiglu"))
     return {
-        "fusion_page_keypoints.md": keypoints(data, step, rms),
         "fusion_page_env.md": env_box(data, step),
         "fusion_page_step.md": step_sentence(step),
         "fusion_page_qkv.md": qkv_sentence(data, step) if qkv_saving(data, step) else "",
@@ -477,5 +372,26 @@ def render_summary(load) -> dict[str, str]:
         "fusion_page_swiglu_bits.md": swiglu_bits_sentence(sw),
         "fusion_page_swiglu_probe.md": swiglu_probe_sentence(sw),
         "fusion_page_probe_table.md": probe_table(sw),
-        "fusion_page_provenance.md": provenance(data, step, folder, list(names.values())),
+        "fusion_page_provenance.md": provenance(data, step),
     }
+
+
+def summary_values(load) -> dict[str, dict[str, str]]:
+    """{{ fusion.NAME }}: the op-level figures 番外二's hand-written 要点 and readings use, and the QKV merge's
+    saving at the step's model (it reads step_fusion.json too)."""
+    data, step = load("fusion"), load(step_fusion.NAME)
+    out = {}
+    for kernel, key in ((NAME_QK, "qk"), ("swiglu", "swiglu")):
+        for phase in ("fwd", "fwd_bwd"):
+            rows_ = fusion_rows(data, kernel, phase)
+            for peer in fusion_peers(data, kernel):
+                ratios = [r["ratios"][peer] for r in rows_ if peer in r["ratios"]]
+                out[f"{key}_{phase}_{peer}_ratio"] = prose.times_span(ratios)
+                out[f"{key}_{phase}_{peer}_slower"] = prose.pct_span(1 / x - 1 for x in ratios)
+                out[f"{key}_{phase}_{peer}_of_copy"] = prose.pct_span(r["all_of_copy"][peer] for r in rows_)
+            out[f"{key}_{phase}_of_copy"] = prose.pct_span(r["of_copy"] for r in rows_)
+            out[f"{key}_shapes"] = str(len(rows_))
+    saving = qkv_saving(data, step)
+    out["qkv_step_ms"] = f"{tables.fmt(saving['per_step_ms'], 2)} ms"
+    out["qkv_resolution_ms"] = f"{tables.fmt(saving['resolution_ms'], 2)} ms"
+    return {"fusion": out}

@@ -119,3 +119,12 @@ def loss_plot(curves: dict[str, dict[str, list]], step_rtol: float, labels: dict
     handles, names = axes[1][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
     return plots.svg_of(fig)
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ loss_curve.NAME }}: steps, settings, the largest final-loss difference from HF and the limit."""
+    cfg, res = data["config"], data["results"]
+    gates = [res[v]["gate"] for v in cfg["variants"]]
+    return {"steps": f"{cfg['steps']:,}", "settings": str(len(cfg["variants"])),
+            "worst_final": prose.pct(max(g["final_rel_diff"] for g in gates), 2),
+            "limit": prose.pct(max(g.get("final_limit", g["final_rtol"]) for g in gates), 1)}

@@ -78,7 +78,14 @@ def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
             add(module.render(data), module.__name__)
             if hasattr(module, "values"):
                 values[module.NAME] = module.values(data)
-    add({"values.json": json.dumps(values, indent=1, ensure_ascii=False, sort_keys=True) + "\n"}, "values")
+    for module in summary_modules():  # values that read several files: {namespace: {name: value}}
+        if hasattr(module, "summary_values"):
+            try:
+                values.update(module.summary_values(load))
+            except MissingData:
+                pass
+    if values:  # no data, no values (and no file)
+        add({"values.json": json.dumps(values, indent=1, ensure_ascii=False, sort_keys=True) + "\n"}, "values")
     for module in summary_modules():
         try:
             rendered = module.render_summary(load)

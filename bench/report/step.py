@@ -309,3 +309,23 @@ def _plot(rows: list[dict], data: dict) -> str:
     ax.set_title(f"Qwen3 {cfg['model']['size']} 的层形状，{cfg['model']['num_hidden_layers']} 层，"
                  f"B={cfg['batch']}，T={cfg['seq_len']}，forward + backward")
     return plots.svg_of(fig)
+
+
+def values(data: dict) -> dict[str, str]:
+    """The named values the pages write into their prose ({{ step.NAME }}): each contender's step, interval,
+    speed-up over HF eager and peak memory; the resolution; RMSNorm's share and the Amdahl bound."""
+    cfg, out = config(data), {"resolution": prose.pct(config(data)["resolution"], 1)}
+    ok = _ok(contender_rows(data))
+    for name, row in ok.items():
+        out[f"{name}_ms"] = f"{tables.fmt(row['step'], 4)} ms"
+        out[f"{name}_ci"] = f"{tables.fmt(row['lo'], 4)}–{tables.fmt(row['hi'], 4)} ms"
+        out[f"{name}_speedup"] = prose.times(row["speedup"])
+        if row["peak"] is not None:
+            out[f"{name}_peak"] = f"{tables.fmt(row['peak'], 3)} GiB"
+        if row["share"] is not None:
+            out[f"{name}_share"] = prose.pct(row["share"], 1)
+            out[f"{name}_rms"] = f"{tables.fmt(row['rms'], 3)} ms"
+    base = ok[cfg["baseline"]]
+    out["eager_bound"] = prose.times(base["bound"], 3)
+    out["triton_vs_torch"] = prose.pct(1 - ok["triton"]["step"] / ok["torch_rmsnorm"]["step"], 1)
+    return out

@@ -63,3 +63,17 @@ def render(data: dict) -> dict[str, str]:
                                            pair_sentence(data)),
         "step_fusion_sentence.md": pair_sentence(data) + "\n",
     }
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ step_fusion.NAME }}: each contender's step and its speed over the RMSNorm-only baseline."""
+    from bench.report.step import config
+
+    rows = rows_by_contender(data)
+    base = rows[config(data)["baseline"]]
+    out = {"resolution_ms": f"{tables.fmt(base['step'] * config(data)['resolution'], 2)} ms"}
+    for name, row in rows.items():
+        out[f"{name}_ms"] = f"{tables.fmt(row['step'], 4)} ms"
+        out[f"{name}_vs_base"] = prose.times(base["step"] / row["step"], 3)
+        out[f"{name}_gain"] = prose.pct(base["step"] / row["step"] - 1, 1)
+    return out

@@ -2,14 +2,15 @@
 
 * p1_env.md: the article's one "实验环境" box;
 * p1_provenance.md: which commit and command produced each data file (methods page);
-* p1_keypoints.md: the article's "要点" box; every number in it is computed here from the data;
 * p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
 * p1_swiglu_point.md: §五's SwiGLU bullet head, the time fusing it saves per layer;
 * p1_gemm_spread.md: §五's sentence under the ceilings table: the roofline's matmul rate is one run of one
   shape; other runs measured more (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed), and
   whether any fusion point changes side at the highest rate's ridge point;
-* p1_conclusion.md: §八's ranking of the fusion points by the time they save per layer, ties where the
-  p20–p80 intervals of the savings overlap.
+* p1_conclusion.md: §八's table of the fusion points ranked by the time they save per layer, ties where the
+  p20–p80 intervals of the savings overlap (the sentence above it is the page's own);
+
+and ``summary_values(load)``: the figures 篇 1's hand-written 要点 and §八 write ({{ p1.NAME }}).
 
 ``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from bench import store
 from bench.report import prose, tables
-from bench.report.names import CATEGORY_ZH, FUSION_POINT_ZH
+from bench.report.names import FUSION_POINT_ZH
 from bench.report.p1_profile import norms_per_layer
 from bench.report.p1_roofline import ridge_flop_per_byte
 from bench.report.render import MissingData
@@ -26,92 +27,9 @@ DATA = ("p1_profile", "p1_roofline", "p1_compile")
 SMALL_KERNELS = ("elementwise", "reduction", "copy / cast / layout")  # the categories fusion targets
 
 
-def ratio_text(ratio: float) -> str:
-    """'快 1.34×' or '慢 1.05×': a speed ratio (old time / new time) in words."""
-    return f"快 {tables.fmt(ratio)}×" if ratio >= 1 else f"慢 {tables.fmt(1 / ratio)}×"
-
-
 def _fwd_bwd_ratio(entry, name):
     contenders = entry["contenders"]
     return contenders["eager"]["fwd_bwd"]["median_us"] / contenders[name]["fwd_bwd"]["median_us"]
-
-
-def rmsnorm_point(profile: dict, roofline: dict) -> str:
-    static = profile["results"]["static"]
-    layers, norms = static["num_hidden_layers"], static["modules"]["Qwen3RMSNorm"]
-    per_layer = norms_per_layer(static)
-    count = f"{per_layer} × {layers} + 1 = {norms}" if norms == per_layer * layers + 1 else f"{norms}"
-    kernels = {p["name"]: p for p in roofline["results"]["points"]}["RMSNorm"]["eager"]["kernels"]
-    return (f"先数清要融合的算子：Qwen3-{static['size']} 有 {count} 个 RMSNorm（每层 4 个，含 q_norm / k_norm，"
-            f"再加输出前的 1 个），eager 下每个 RMSNorm 的 forward 拆成 {kernels} 个 kernel。")
-
-
-def profiled_model(profile: dict) -> str:
-    """What the profiled step ran, so that a share of it is not read as a share of the whole model: few decoder
-    layers, but the embedding and lm_head at full size."""
-    config, layers = profile["config"], profile["results"]["static"]["num_hidden_layers"]
-    return (f"Qwen3-{config['size']} 层几何，T={config['seq_len']}，{config['layers']} 个解码层加完整尺寸的 lm_head，"
-            f"所以 lm_head 和交叉熵的比重比 {layers} 层的完整模型大")
-
-
-def category_point(profile: dict) -> str:
-    config, main = profile["config"], profile["results"]["main"]
-    by_name = {c["category"]: c for c in main["categories"]}
-    total_kernels = sum(c["kernels"] for c in main["categories"])
-    gemm = 100 * by_name["GEMM"]["share"]
-    small = [by_name[c] for c in SMALL_KERNELS if c in by_name]
-    small_share = 100 * sum(c["share"] for c in small)
-    small_kernels = sum(c["kernels"] for c in small)
-    names = [CATEGORY_ZH[c["category"]] for c in small]
-    names = "、".join(names[:-1]) + "与" + names[-1] if len(names) > 1 else "".join(names)
-    count = f"{total_kernels} 个 kernel 里的 {small_kernels} 个"
-    share = (f"合计只占 kernel 时间的 {small_share:.1f}%，却是 {count}" if small_kernels / total_kernels > small_share / 100
-             else f"合计占 kernel 时间的 {small_share:.1f}%、{count}")
-    return (f"在 profile 里盯住 GEMM 之间的小 kernel：一个训练 step（{profiled_model(profile)}）里，"
-            f"{CATEGORY_ZH['GEMM']}占 kernel 时间的 {gemm:.1f}%；{names}{share}，它们正是融合的目标。")
-
-
-def roofline_point(roofline: dict) -> str:
-    points = {p["name"]: p for p in roofline["results"]["points"]}
-    rms = points["RMSNorm"]
-    before, after = rms["eager"]["bytes"], rms["fused"]["bytes"]
-    speedups = {name: p["measured"]["eager"]["median_us"] / p["measured"]["fused"]["median_us"]
-                for name, p in points.items() if {"eager", "fused"} <= set(p.get("measured", {}))}
-    best = max(speedups, key=speedups.get)
-    text = (f"动手之前用 roofline 估上限：RMSNorm 融合成 {rms['fused']['kernels']} 个 kernel 后，每层 4 个 RMSNorm "
-            f"每 token 读写的显存从 {before:,.0f} 字节降到 {after:,.0f} 字节（原来的 {100 * after / before:.0f}%），"
-            f"用 torch.compile 编译 HF 这几行，实测{ratio_text(speedups['RMSNorm'])}")
-    if best == "RMSNorm":
-        return text + f"，是 {len(speedups)} 个融合点里编译后加速最大的。"
-    return (text + f"；{len(speedups)} 个融合点里编译后加速最大的是 {FUSION_POINT_ZH.get(best, best)}"
-            f"（{tables.fmt(speedups[best])}×）。")
-
-
-def compile_point(profile: dict, compiled: dict) -> str:
-    shapes = sorted(compiled["results"]["shapes"], key=lambda e: e["tokens"])
-    large, small = shapes[-1], shapes[0]
-    eager, fused = large["contenders"]["eager"], large["contenders"]["compile"]
-    k_eager, k_fused = eager["launches_fwd_bwd"]["kernels"], fused["launches_fwd_bwd"]["kernels"]
-    text = (f"先试 torch.compile：编译一个解码层，B={large['batch']}、T={large['seq_len']} 时 fwd+bwd "
-            f"{ratio_text(_fwd_bwd_ratio(large, 'compile'))}，GPU kernel 从 {k_eager} 个"
-            f"{'减到' if k_fused < k_eager else '变成'} {k_fused} 个")
-    fewest = min(profile["results"]["sweep"], key=lambda e: e["tokens"])
-    busy = 100 * fewest["launch"]["busy_us"] / (1e3 * fewest["step"]["median_ms"])
-    if busy < 50:
-        text += f"；token 很少时先解决 CPU 发射：每步 {fewest['tokens']} 个 token 时 GPU 忙碌占比只有 {busy:.0f}%"
-    else:
-        text += f"；每步 {fewest['tokens']} 个 token 时 GPU 忙碌占比为 {busy:.0f}%"
-    if "cuda_graph" in small["contenders"] and small is not large:
-        text += (f"，B={small['batch']}、T={small['seq_len']} 时 CUDA graph 让一个层的 fwd+bwd "
-                 f"{ratio_text(_fwd_bwd_ratio(small, 'cuda_graph'))}（torch.compile "
-                 f"{ratio_text(_fwd_bwd_ratio(small, 'compile'))}）")
-    return text + "。"
-
-
-def keypoints(profile: dict, roofline: dict, compiled: dict) -> str:
-    bullets = [rmsnorm_point(profile, roofline), category_point(profile), roofline_point(roofline),
-               compile_point(profile, compiled)]
-    return '!!! abstract "要点"\n\n' + "".join(f"    - {b}\n" for b in bullets)
 
 
 def cpu_note(profile: dict, roofline: dict, compiled: dict) -> str:
@@ -195,12 +113,6 @@ def _per_layer(name: str, profile: dict) -> str:
     return _point_zh(name) + (f"（{many}）" if many else "")
 
 
-def _saved(row: dict, profile: dict) -> str:
-    """'RMSNorm（每层 4 个，省 2,631 µs）'."""
-    many = _how_many(row["name"], profile)
-    return f"{_point_zh(row['name'])}（{many + '，' if many else ''}省 {tables.fmt(row['saved_us'])} µs）"
-
-
 def swiglu_point(profile: dict, roofline: dict) -> str:
     """§五's SwiGLU bullet head: the absolute saving per layer next to its speed-up and RMSNorm's saving."""
     rows = {r["name"]: r for r in savings(roofline)}
@@ -216,32 +128,13 @@ def conclusion(profile: dict, roofline: dict) -> str:
     """§八: the fusion points ranked by the time they save per layer, with a takeaway sentence and a caption."""
     c = roofline["config"]
     rows = ranked(savings(roofline))
-    gaining = [r for r in rows if r["rank"] is not None]
-    parts = []
-    for rank in sorted({r["rank"] for r in gaining}):
-        group = [r for r in gaining if r["rank"] == rank]
-        names = prose.join(_saved(r, profile) for r in group)
-        parts.append(names + ("，彼此持平" if len(group) > 1 else ""))
-    order = ["先融合 " + parts[0]] + (["其次是 " + parts[1]] if len(parts) > 1 else []) + \
-        (["再往后 " + prose.join(parts[2:]) + "，省得少"] if len(parts) > 2 else [])
-    none = [_point_zh(r["name"]) for r in rows if r["rank"] is None]
-    takeaway = "按每个解码层的 forward 省下的时间排，" + "；".join(order) + "。"
-    if none:
-        takeaway += f"{prose.join(none)}省下的时间与零分不开，不值得做。"
-    fastest = max(rows, key=lambda r: r["eager_us"] / r["fused_us"])
-    if gaining and fastest is not gaining[0]:
-        takeaway += (f"排名看省下的时间，不看倍数：倍数最大的是 {_point_zh(fastest['name'])}"
-                     f"（{tables.fmt(fastest['eager_us'] / fastest['fused_us'])}×），省得最多的是 "
-                     f"{_point_zh(gaining[0]['name'])}。")
-    if gaining and gaining[0]["name"] == "RMSNorm":
-        takeaway += "篇 2 手写的，正是排第一的 RMSNorm。"
     table_rows = [["—" if r["rank"] is None else r["rank"], _per_layer(r["name"], profile), tables.fmt(r["eager_us"]),
                    tables.fmt(r["fused_us"]), tables.fmt(r["saved_us"]),
                    f"{tables.fmt(r['low_us'])} 至 {tables.fmt(r['high_us'])}"] for r in rows]
     headers = ["名次", "融合点", "HF eager（µs）", "融合后（µs）", "每层省下（µs）", "省下的区间（µs）"]
     left_out = [_point_zh(p["name"]) for p in roofline["results"]["points"]
                 if p["name"] not in {r["name"] for r in rows}]
-    return takeaway + "\n\n" + tables.md_table(headers, table_rows, align="clrrrr") + prose.caption(
+    return tables.md_table(headers, table_rows, align="clrrrr") + prose.caption(
         f"一个解码层的 forward，Qwen3-{c['size']} 几何，{tables.dtype_short(c['dtype'])}，B={c['batch']}、T={c['seq_len']}"
         f"（{c['tokens']:,} 个 token）；融合后是 torch.compile 编译的同一段 HF 代码，QKV 合并是拼接权重后的一次 GEMM",
         "省下 = 两者中位数之差；区间从 eager 的 20% 分位减融合后的 80% 分位，到 eager 的 80% 分位减融合后的 20% 分位，"
@@ -308,5 +201,36 @@ def render_summary(load) -> dict[str, str]:
         "p1_swiglu_point.md": swiglu_point(profile, roofline),
         "p1_conclusion.md": conclusion(profile, roofline),
         "p1_provenance.md": provenance(profile, roofline, compiled),
-        "p1_keypoints.md": keypoints(profile, roofline, compiled),
     }
+
+
+def summary_values(load) -> dict[str, dict[str, str]]:
+    """{{ p1.NAME }}: the figures 篇 1's 要点 and §八 write in their hand-written sentences."""
+    profile, roofline, compiled = (load(name) for name in DATA)
+    static, main = profile["results"]["static"], profile["results"]["main"]
+    by_cat = {c["category"]: c for c in main["categories"]}
+    small = [by_cat[c] for c in SMALL_KERNELS if c in by_cat]
+    points = {p["name"]: p for p in roofline["results"]["points"]}
+    shapes = sorted(compiled["results"]["shapes"], key=lambda e: e["tokens"])
+    large, tiny = shapes[-1], shapes[0]
+    fewest = min(profile["results"]["sweep"], key=lambda e: e["tokens"])
+    out = {"norms": str(static["modules"]["Qwen3RMSNorm"]), "layers": str(static["num_hidden_layers"]),
+           "norm_kernels": str(points["RMSNorm"]["eager"]["kernels"]),
+           "gemm_share": prose.pct(by_cat["GEMM"]["share"], 1),
+           "small_share": prose.pct(sum(c["share"] for c in small), 1),
+           "small_kernels": str(sum(c["kernels"] for c in small)),
+           "kernels": str(sum(c["kernels"] for c in main["categories"])),
+           "fewest_tokens": str(fewest["tokens"]),
+           "fewest_busy": prose.pct(fewest["launch"]["busy_us"] / (1e3 * fewest["step"]["median_ms"])),
+           "large_shape": f"B={large['batch']}、T={large['seq_len']}",
+           "small_shape": f"B={tiny['batch']}、T={tiny['seq_len']}",
+           "compile_large": f"{tables.fmt(_fwd_bwd_ratio(large, 'compile'))}×",
+           "compile_small": f"{tables.fmt(_fwd_bwd_ratio(tiny, 'compile'))}×",
+           "graph_small": f"{tables.fmt(_fwd_bwd_ratio(tiny, 'cuda_graph'))}×",
+           "kernels_eager": str(large["contenders"]["eager"]["launches_fwd_bwd"]["kernels"]),
+           "kernels_compile": str(large["contenders"]["compile"]["launches_fwd_bwd"]["kernels"])}
+    for row in savings(roofline):
+        key = "qkv" if row["name"].upper().startswith("QKV") else row["name"].lower()
+        out[f"{key}_saved"] = f"{tables.fmt(row['saved_us'])} µs"
+        out[f"{key}_speedup"] = f"{tables.fmt(row['eager_us'] / row['fused_us'])}×"
+    return {"p1": out}

@@ -9,14 +9,12 @@ from __future__ import annotations
 import re
 
 from bench import store
-from bench.report import fullsize, fused_add, prose, rmsnorm, tables
+from bench.report import prose, rmsnorm, tables
 from bench.report.fsdp2 import contender_id
-from bench.report.names import OP_LABELS, STEP_LABELS, TRAINING_LABELS, precision_zh, tie
+from bench.report.names import OP_LABELS, STEP_LABELS, TRAINING_LABELS, precision_zh
 from bench.report.p1_roofline import ridge_flop_per_byte
-from bench.report.rmsnorm import vs_best_peer
 from bench.report.step import config as step_config
-from bench.report.step import contender_rows, fused_add_takeaway, geometry_zh
-from bench.report.step import faster as step_faster, level as step_level, relation as step_relation
+from bench.report.step import contender_rows, geometry_zh
 
 DATA = ("rmsnorm", "tuning", "step", "loss_curve")
 # Data files of issue 13's additions, listed (provenance, environment box) once they are committed:
@@ -78,104 +76,6 @@ def _names(contenders) -> str:
 
 def _steps(data: dict) -> dict[str, dict]:
     return {r["contender"]: r for r in contender_rows(data) if r["status"] == "ok"}
-
-
-def _full_ok(full: dict | None) -> dict[str, dict]:
-    return {r["contender"]: r for r in fullsize.rows(full) if r["status"] == "ok"} if full else {}
-
-
-def _full_words(full: dict) -> str:
-    return f"完整的 {full['config']['geometry']['num_hidden_layers']} 层模型（AdamW、激活检查点）"
-
-
-def _full_liger(full: dict | None, resolution: float) -> str:
-    """'；完整的 36 层模型（…）上每秒 token 数是 HF eager 的 1.27×，再换上本站 RMSNorm 是 1.28×（与它持平）'."""
-    ok = _full_ok(full)
-    base, liger = ok.get("eager"), ok.get("liger")
-    if not base or not liger:
-        return ""
-    text = f"；{_full_words(full)}上每秒 token 数是 HF eager 的 {prose.times(liger['speedup'])}"
-    both = ok.get("liger_triton")
-    if both:
-        text += f"，再换上本站 RMSNorm 是 {prose.times(both['speedup'])}"
-        text += "（与它持平）" if fullsize.level(both, liger, resolution) else ""
-    if base.get("peak") is not None and liger.get("peak") is not None:  # the memory claim at full size
-        only = "只" if base["peak"] - liger["peak"] < 0.1 * base["peak"] else ""
-        text += (f"，峰值显存{only}从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(liger['peak'], 3)} GiB"
-                 f"（少 {base['peak'] - liger['peak']:.1f} GiB）")
-    return text
-
-
-def _full_ours(full: dict | None) -> str:
-    ok = _full_ok(full)
-    base, ours = ok.get("eager"), ok.get("triton")
-    if not base or not ours:
-        return ""
-    return f"；{_full_words(full)}上每秒 token 数是 {prose.times(ours['speedup'])}"
-
-
-def _host_clause(host: dict | None) -> str:
-    """'（GPU 时间；算上主机开销，单次调用在 3 个形状上比 F.rms_norm 慢 2.2–3.7 倍，训练 step 里被 GPU 工作盖住，见 §6.2）'."""
-    if not host:
-        return ""
-    slower = [s["fwd_bwd"]["triton"]["wall_us"] / s["fwd_bwd"]["torch_rms_norm"]["wall_us"]
-              for s in host["results"]["shapes"] if {"triton", "torch_rms_norm"} <= set(s["fwd_bwd"])]
-    slower = [r for r in slower if r > 1]
-    if not slower:
-        return "（GPU 时间；算上主机开销也不比 F.rms_norm 慢）"
-    return (f"（GPU 时间；算上主机开销，单次调用在 {len(slower)} 个形状上比 F.rms_norm 慢 "
-            f"{prose.times_span(slower, 1)} 倍，训练 step 里被 GPU 工作盖住，见 §6.2）")
-
-
-def keypoints(rms: dict, step: dict, loss: dict, full: dict | None = None, host: dict | None = None) -> list[str]:
-    """The 要点 box: what to do first, each point with one or two numbers from the data; ``full``
-    (fullsize.json), where measured, adds the full-depth job's figures."""
-    points = []
-    ok, cfg = _steps(step), step_config(step)
-    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
-    both_compiled = "compile" in ok and "triton_compile" in ok
-    if "compile" in ok:
-        text = f"能编译就先用 torch.compile：{geometry_zh(step)}的一步是 HF eager 的 {prose.times(ok['compile']['speedup'])}"
-        if both_compiled:
-            text += ("；把本站实现放进编译过的层里，一步"
-                     + ("再快" if step_faster(ok["triton_compile"], ok["compile"], cfg) else "不再更快")
-                     + f"（{prose.times(ok['triton_compile']['speedup'])}）")
-        points.append(text + "。")
-    if "liger" in ok and base and ok["liger"]["peak"] is not None and base["peak"] is not None:
-        points.append(f"要换掉整套算子、省下 logits 的显存，用 Liger 的全套补丁：一步 {prose.times(ok['liger']['speedup'])}，"
-                      f"峰值显存从 {tables.fmt(base['peak'], 3)} GiB 降到 {tables.fmt(ok['liger']['peak'], 3)} GiB"
-                      "（8 层、不含优化器）"
-                      + _full_liger(full, cfg.get("resolution") or 0.0) + "。")
-    fwd, both = vs_best_peer(rms, "fwd"), vs_best_peer(rms, "fwd_bwd")
-    level, slowest = tie(rmsnorm.config(rms)), max(1 / r["ratio"] - 1 for r in fwd)
-    fwd_vs_peer = (f"与最快的对比方案持平（相差不到 {prose.pct(level)}）" if all(abs(1 - r["ratio"]) <= level for r in fwd)
-                   else f"与最快的对比方案持平或最多慢 {prose.pct(slowest)}" if all(r["ratio"] <= 1 + level for r in fwd)
-                   else rmsnorm.compare(rms, fwd))
-    text = (f"不编译时，手写的价值在 backward：forward 达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in fwd)}，"
-            f"{fwd_vs_peer}；forward + backward ")
-    if all(r["ratio"] > 1 for r in both):
-        text += (f"在全部 {len(both)} 个形状上最快，最快的对比方案用时是它的 {prose.times_span(r['ratio'] for r in both)} 倍")
-    else:
-        text += rmsnorm.compare(rms, both)
-    text += _host_clause(host)
-    if base and ours:
-        text += f"；换进训练，一步是 HF eager 的 {prose.times(ours['speedup'])}"
-        if "torch_rmsnorm" in ok:
-            text += f"（F.rms_norm {prose.times(ok['torch_rmsnorm']['speedup'])}）"
-        text += _full_ours(full)
-    points.append(text + "。")
-    # No point on the forward-only tier: its backward recomputes the forward, so it gains nothing by construction,
-    # and the fairer variant (keep rstd, differentiate with a few torch ops) was not measured (篇2 §5.2).
-
-    lcfg, res = loss["config"], loss["results"]
-    variants = lcfg["variants"]
-    passed = all(res[v]["gate"]["passed"] for v in variants)
-    worst = max(res[v]["gate"]["final_rel_diff"] for v in variants)
-    limit = max(res[v]["gate"].get("final_limit", res[v]["gate"]["final_rtol"]) for v in variants)
-    points.append(f"手写之后用 fp64 gradcheck 和带对照组的 loss 曲线把关：{lcfg['steps']} 步、{len(variants)} 种精度设置"
-                  + ("都通过门限" if passed else "并未都通过门限")
-                  + f"，末段 loss 与 HF 最多差 {prose.pct(worst, 2)}（阈值 {prose.pct(limit, 1)}）。")
-    return points
 
 
 # What each surveyed library fuses and its limits: words, checked in the libraries' source at the
@@ -242,8 +142,7 @@ def torch_rms_norm_sentence(rms: dict) -> str:
 def conclusion(rms: dict, step: dict) -> str:
     shape = _h4096(rms)
     op = {n: v["median_us"] for n, v in shape["fwd_bwd"].items()}
-    ok, cfg = _steps(step), step_config(step)
-    base = ok.get(cfg["baseline"])
+    ok = _steps(step)
     # (op-level contender, step-level contender) of each row; a row without the op is named by its step
     rows_spec = [("hf", "eager"), ("torch_rms_norm", "torch_rmsnorm"), ("compile_hf", "compile"), ("liger", "liger"),
                  ("triton", "triton"), (None, "triton_compile")]
@@ -260,43 +159,11 @@ def conclusion(rms: dict, step: dict) -> str:
     table = tables.md_table(["方案", "RMSNorm fwd+bwd（µs，H=4096）", "相对 HF eager", "训练 step（ms）", "相对 HF eager",
                              "峰值显存（GiB）"], rows, "lrrrrr")
 
-    peers = {n: op[n] for n in rmsnorm.config(rms)["peers"] if n in op}
-    best = min(peers, key=peers.get)
-    ours = op[rmsnorm.config(rms)["ours"]]
-    text = (f"H=4096 的 RMSNorm forward + backward：本站实现 {f(ours)} µs，HF eager 用时是它的 {op['hf'] / ours:.1f} 倍，"
-            f"最快的对比方案 {OP_LABELS[best]} 是 {peers[best] / ours:.2f} 倍")
-    mine = ok.get(cfg["ours"])
-    if base and mine:
-        text += (f"；放进 {geometry_zh(step)}的训练 step，本站实现把 step 从 {f(base['step'], 4)} ms "
-                 f"{'降到' if mine['step'] < base['step'] else '变成'} {f(mine['step'], 4)} ms"
-                 f"（{prose.times(mine['speedup'])}）")
-        faster = [t for t in ("compile", "liger") if t in ok and step_faster(ok[t], mine, cfg)]
-        if faster:
-            text += (f"，{_names(faster)}更快"
-                     f"（{'、'.join(prose.times(ok[t]['speedup']) for t in faster)}），它们融合的不止 RMSNorm")
-        if "triton_compile" in ok and "compile" in ok:
-            text += "；本站 RMSNorm + torch.compile " + step_relation(ok["triton_compile"], ok["compile"], cfg,
-                                                               "单独的 torch.compile ")
     caption = (f"RMSNorm 列：{shape['rows']}×{shape['width']}，bf16，CUDA graph 重放的 GPU 时间中位数。"
                f"训练 step 列：{geometry_zh(step)}，B={step['config']['batch']}，T={step['config']['seq_len']}，"
                "一步 = zero_grad + forward + backward；Liger 一行的 step 用的是 apply_liger_kernel_to_qwen3() 的全套补丁"
                "（RoPE、RMSNorm、SwiGLU、融合线性交叉熵），不只是 RMSNorm；torch.compile 是逐个 decoder 层的区域编译。")
-    return prose.page(table, caption, text + "。")
-
-
-def fusion_set_bullet(fusion_step: dict) -> str:
-    """§八's bullet on the whole fusion set (番外二), from step_fusion.json: the set against our RMSNorm alone and
-    against Liger's patch without its loss, each '持平' unless the 95 % intervals are disjoint."""
-    cfg = step_config(fusion_step)
-    ok = {r["contender"]: r for r in contender_rows(fusion_step) if r["status"] == "ok"}
-    base, ours, liger = (ok.get(name) for name in (cfg["baseline"], cfg["ours"], "liger_no_loss"))
-    if not (base and ours and liger):
-        return ""
-    f = tables.fmt
-    return (f"- **整套融合（[番外二](qwen3-qk-rope-swiglu.md)）：** RMSNorm、残差加法、QK-norm + RoPE、SwiGLU 一起换上，"
-            f"step {f(ours['step'], 4)} ms，"
-            + step_relation(ours, base, cfg, "只换 RMSNorm 的本站实现")
-            + "；" + step_relation(ours, liger, cfg, "不含 loss 的 Liger 补丁") + "。\n")
+    return prose.page(table, caption)  # the words above it are the page's own (篇 2 §八)
 
 
 def ridge_sentence(roofline: dict, fullsize: dict | None = None) -> str:
@@ -314,24 +181,6 @@ def ridge_sentence(roofline: dict, fullsize: dict | None = None) -> str:
     if norm:
         text += f"，RMSNorm 的算术强度约为 {norm['fused']['flops'] / norm['fused']['bytes']:.1f} FLOP/字节"
     return text + "。\n"
-
-
-def fused_add_keypoints(fused: dict, step: dict) -> str:
-    """The 要点 box of the fused residual add page: bytes, op-level gain, peers, and the step."""
-    passes = fused_add.passes(fused)
-    f, u = passes["fused"], passes["unfused"]
-    points = ["已经在用 torch.compile 就不必手写：Inductor 会自己把注意力之后的残差加法和 norm 融在一起（篇 1 §六）；"
-              "按层编译时，MLP 之后那次跨层的加法仍单独成 kernel，但它在一步里的分量很小（见最后一条）。",
-              f"不编译时，融合能少搬数据：每个“残差加 → RMSNorm”合成一个 kernel，forward 读写整张量从 {u['fwd']} 遍"
-              f"降到 {f['fwd']} 遍，backward 从 {u['fwd_bwd'] - u['fwd']} 遍降到 {f['fwd_bwd'] - f['fwd']} 遍。"]
-    points += ["单算子" + (" " if p[:1].isascii() else "") + p + "。" for p in fused_add.gain_parts(fused)]
-    rows = contender_rows(step)
-    ok, cfg = _steps(step), step_config(step)
-    fused_step, ours_step = ok.get("triton_fused_add"), ok.get(cfg["ours"])
-    level = fused_step and ours_step and step_level(fused_step, ours_step, cfg)
-    lead = "但换进训练几乎无感：" if level else "换进训练："
-    points.append(lead + fused_add_takeaway(step, rows).replace("的一步训练：", "的一步训练里，", 1))
-    return '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in points)
 
 
 def versions_note(envs: list[dict]) -> str:
@@ -352,7 +201,7 @@ def render_summary(load) -> dict[str, str]:
         optional = {"fsdp2": load("fsdp2")}
     except FileNotFoundError:
         optional = {}
-    rms, step, loss = data["rmsnorm"], data["step"], data["loss_curve"]
+    rms, step = data["rmsnorm"], data["step"]
     for name in OPTIONAL_DATA:
         try:
             data[name] = load(name)
@@ -360,21 +209,15 @@ def render_summary(load) -> dict[str, str]:
             pass
     envs = [d["environment"] for d in data.values()]
     gpu = store.gpu_slug(rms["environment"].get("gpu") or "cpu")
-    logs = tables.md_table(["文件", "内容"], [[f"`{name}`", text] for name, text in p2_logs(gpu)], "ll")
+    p2_logs(gpu)  # every committed log is described in logs.json (the repository's log index, linked from the page)
     out = {
         "p2_env.md": tables.env_box(envs, extra_keys=("liger_kernel",) + (("quack",) if any(e.get("quack") for e in envs)
                                                                           else ()), note=versions_note(envs)),
-        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()})
-        + f"\n篇2 的 GPU 日志（都在 `docs/data/{gpu}/` 下）：\n\n" + logs,
-        "p2_keypoints.md": '!!! abstract "要点"\n\n' + "".join(f"    - {p}\n" for p in keypoints(rms, step, loss, data.get("fullsize"), data.get("host"))),
+        "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()}),
         "p2_conclusion.md": conclusion(rms, step),
         "p2_survey.md": survey(rms, step),
         "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),
     }
-    if "step_fusion" in data:
-        out["p2_fusion_set.md"] = fusion_set_bullet(data["step_fusion"])
-    if "fused_add" in data:
-        out["fused_add_keypoints.md"] = fused_add_keypoints(data["fused_add"], step)
     try:
         out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"), data.get("fullsize"))
     except FileNotFoundError:  # 篇1's roofline data not committed for this GPU

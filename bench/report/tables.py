@@ -42,13 +42,13 @@ def env_box(envs: list[dict], extra_keys=(), note: str | None = None) -> str:
 
 
 def provenance_table(records: dict[str, dict]) -> str:
-    """数据文件 | 提交 | 测量日期 | 重新生成的命令, one row per file name -> the data it came with."""
+    """数据文件 | 提交 | 测量日期, one row per file name -> the data it came with (the command that wrote it stays in
+    the file's environment block; bench/README.md says how to regenerate)."""
     rows = []
     for name, data in records.items():
         env = data["environment"]
-        rows.append([f"`{name}`", f"`{str(env.get('git_commit', ''))[:7]}`", str(env.get("date", ""))[:10],
-                     f"`{env.get('command', '')}`"])
-    return md_table(["数据文件", "提交", "测量日期", "重新生成的命令"], rows, align="llll")
+        rows.append([f"`{name}`", f"`{str(env.get('git_commit', ''))[:7]}`", str(env.get("date", ""))[:10]])
+    return md_table(["数据文件", "提交", "测量日期"], rows, align="lll")
 
 
 def dtype_short(dtype: str) -> str:

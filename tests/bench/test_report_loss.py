@@ -20,7 +20,7 @@ def gpu_like(quick):
 
 def test_renders_every_table_from_the_quick_record(quick_loss):
     rendered = report.render(quick_loss)
-    assert set(rendered) == {"loss_table.md", "loss_sizes.md", "loss_chunks.md", "loss_targets.md"}
+    assert set(rendered) == {"loss_env.md", "loss_table.md", "loss_sizes.md", "loss_chunks.md", "loss_targets.md"}
     table = rendered["loss_table.md"]
     ran = quick_loss["results"]["shapes"][0]["fwd_bwd"]
     assert all(f"| {report.label(name)} |" in table for name in ran if report.sweep_chunk(name) is None)

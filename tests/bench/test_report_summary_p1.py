@@ -1,12 +1,9 @@
-"""bench/report/summary_p1.py: 篇1's 实验环境 box, provenance and 要点 box from the committed data, every number
-in the 要点 recomputed here from the raw JSON and the trace, or found in a table; skipped without data."""
+"""bench/report/summary_p1.py: 篇1's 实验环境 box, provenance and tables from the committed data; skipped without
+data. The 要点 is hand-written: its words are checked in tests/test_article_claims.py."""
 from __future__ import annotations
-
-import re
 
 import pytest
 
-from bench import store
 from bench.report import p1_compile, p1_profile, p1_roofline, summary_p1
 from bench.report.render import MissingData, loader, render_all
 from bench.report.tables import fmt
@@ -18,7 +15,9 @@ MODULES = {"p1_profile": p1_profile, "p1_roofline": p1_roofline, "p1_compile": p
 def test_summaries_are_skipped_without_data():
     with pytest.raises(MissingData):
         summary_p1.render_summary(loader("no-such-gpu"))
-    assert render_all("no-such-gpu") == {}
+    # a report whose data lie in one other GPU folder renders from there (render.data_gpu); the summaries do not
+    names = {path.name for path in render_all("no-such-gpu")}
+    assert not {"p1_env.md", "p1_provenance.md", "p2_env.md", "p2_provenance.md"} & names
 
 
 @pytest.fixture(scope="module")
@@ -39,47 +38,6 @@ def test_env_box_and_provenance_of_the_committed_data(committed):
         assert f"`{env['git_commit'][:7]}`" in out["p1_provenance.md"]
     trace = committed["p1_profile"]["results"]["main"]["trace_file"]
     assert f"| `{trace}` |" in out["p1_provenance.md"]
-
-
-def test_keypoints_are_computed_from_the_data(committed):
-    """Recompute some numbers without the code that wrote them; every other share or ratio is in a table."""
-    from p1_profile_step import device_events, kernel_category, load_trace
-
-    text = summary_p1.render_summary(loader())["p1_keypoints.md"]
-    lines = text.splitlines()
-    assert lines[:2] == ['!!! abstract "要点"', ""] and len(lines) == 6
-    assert all(line.startswith("    - ") for line in lines[2:])
-
-    # kernels of one eager RMSNorm: the profiled layer starts with input_layernorm, up to its first GEMM
-    layer = committed["p1_profile"]["results"]["main"]["layer"]["device"]
-    first_gemm = next(i for i, k in enumerate(layer) if k["category"] == "GEMM")
-    norm = [k for k in layer[:first_gemm] if not k["kernel"].startswith("Memset")]
-    assert f"拆成 {len(norm)} 个 kernel" in text
-
-    # GEMM share and the small kernels, from the Perfetto trace instead of the JSON
-    kernels = device_events(load_trace(store.data_path("p1_profile").with_name(
-        committed["p1_profile"]["results"]["main"]["trace_file"])))
-    time_by = {}
-    for k in kernels:
-        time_by[kernel_category(k["name"])] = time_by.get(kernel_category(k["name"]), 0.0) + k["dur"]
-    total = sum(time_by.values())
-    small = [k for k in kernels if kernel_category(k["name"]) in summary_p1.SMALL_KERNELS]
-    small_share = 100 * sum(time_by.get(c, 0.0) for c in summary_p1.SMALL_KERNELS) / total
-    assert f"占 kernel 时间的 {100 * time_by['GEMM'] / total:.1f}%" in text
-    assert f"{small_share:.1f}%" in text and f"{len(kernels)} 个 kernel 里的 {len(small)} 个" in text
-
-    # RMSNorm bytes after / before, and the compile speed-up, from the raw numbers
-    rms = next(p for p in committed["p1_roofline"]["results"]["points"] if p["name"] == "RMSNorm")
-    kept = f"{100 * rms['fused']['bytes'] / rms['eager']['bytes']:.0f}%"
-    assert kept in text
-    large = max(committed["p1_compile"]["results"]["shapes"], key=lambda e: e["batch"] * e["seq_len"])
-    medians = {n: c["fwd_bwd"]["median_us"] for n, c in large["contenders"].items()}
-    assert f"快 {fmt(medians['eager'] / medians['compile'])}×" in text
-
-    tables = "".join(text for name in sorted(MODULES) for rel, text in MODULES[name].render(committed[name]).items()
-                     if rel.endswith(".md"))
-    for quoted in re.findall(r"\d[\d,.]*[%×]", text):
-        assert quoted in tables or quoted in (f"{small_share:.1f}%", kept), f"{quoted}: not recomputed, not in a table"
 
 
 def _saving(name, saved, low, high):
