@@ -204,11 +204,11 @@ def test_fully_shard_by_name_gives_hfs_loss_and_gradients(device, one_process_gr
 
     from qwen3_fsdp2 import shard_by_name
 
-    model = tiny_model(device)
+    model = tiny_model(device, layers=1)  # one layer: every part runs, half the launches
     ids = batch(model, device)
     ref_loss, ref_grads = loss_and_grads(model, ids)
     model, undo = fused(model, "patch")
-    assert len(shard_by_name(model)) == 2
+    assert len(shard_by_name(model)) == 1
     loss, grads = loss_and_grads(model, ids)
     assert len(loss_calls) == 1  # the fused loss ran
     assert all(isinstance(p, DTensor) for p in model.parameters())
@@ -269,23 +269,23 @@ def test_lora_keeps_lm_head_and_norms_frozen_and_matches_hf(device, loss_calls, 
     needs("peft", "the LoRA tests use it")
     from qwen3_lora import with_lora
 
-    reference = with_lora(tiny_model(device))
+    reference = with_lora(tiny_model(device, layers=1))  # one layer: every part runs
     ids = batch(reference, device)
     ref_loss, ref_grads = loss_and_grads_of_trainable(reference, ids)
-    base, undo = fused(tiny_model(device), "apply")  # fuse, then add the adapters
+    base, undo = fused(tiny_model(device, layers=1), "apply")  # fuse, then add adapters
     model = with_lora(base)
     loss, grads = loss_and_grads_of_trainable(model, ids)
 
     assert len(loss_calls) == 1
     assert dw_requests["loss"] == [False]  # the op's grad_weight_needed: no d_lm_head
-    assert dw_requests["norm"] == []  # layer 0's input norm: no backward (frozen embedding)
-    assert dw_requests["fused_add_norm"] == [False] * 4  # the other three, and the final norm
-    assert dw_requests["qk_norm"] == [False] * 2  # one per layer
+    assert dw_requests["norm"] == []  # the input norm: no backward (frozen embedding)
+    assert dw_requests["fused_add_norm"] == [False] * 2  # post-attention, final norm
+    assert dw_requests["qk_norm"] == [False]
     frozen = {n: p.grad for n, p in model.named_parameters() if not p.requires_grad}
-    assert any("lm_head" in n for n in frozen) and sum("norm" in n for n in frozen) == 9
+    assert any("lm_head" in n for n in frozen) and sum("norm" in n for n in frozen) == 5
     assert all(grad is None for grad in frozen.values())
     assert rel_err(loss, ref_loss) < 1e-6
-    assert grads.keys() == ref_grads.keys() and len(grads) == 28
+    assert grads.keys() == ref_grads.keys() and len(grads) == 14  # A and B, 7 projections
     worst = {name: rel_err(grads[name], ref_grads[name]) for name in grads}
     assert max(worst.values()) < 1e-5, worst
     undo()
