@@ -49,7 +49,7 @@ if __name__ == "__main__":
     device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: TRITON_INTERPRET=1
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny_qwen3_config()).to(device)
-    ids = torch.randint(0, model.config.vocab_size, (2, 16), device=device)
+    ids = torch.randint(0, model.config.vocab_size, (2, 8), device=device)
     reference = model(input_ids=ids, labels=ids).loss.item()
 
     apply_qwen3_fusion(model, loss=True)  # in place, before sharding

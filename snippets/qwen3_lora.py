@@ -50,7 +50,7 @@ if __name__ == "__main__":
         return AutoModelForCausalLM.from_config(tiny_qwen3_config()).to(device)
 
     def lora_gradients(model):
-        ids = torch.randint(0, model.config.vocab_size, (2, 16), device=device,
+        ids = torch.randint(0, model.config.vocab_size, (2, 8), device=device,
                             generator=torch.Generator(device).manual_seed(1))
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()

@@ -205,7 +205,7 @@ def test_fully_shard_by_name_gives_hfs_loss_and_gradients(device, one_process_gr
     from qwen3_fsdp2 import shard_by_name
 
     model = tiny_model(device, layers=1)  # one layer: every part runs, half the launches
-    ids = batch(model, device)
+    ids = batch(model, device, (2, 8))
     ref_loss, ref_grads = loss_and_grads(model, ids)
     model, undo = fused(model, "patch")
     assert len(shard_by_name(model)) == 1
@@ -232,7 +232,7 @@ def test_a_separately_sharded_lm_head_is_refused(device, one_process_group):
                        swiglu=False, loss=True)  # in place: the loss part is what refuses
     fully_shard(model.lm_head)
     fully_shard(model)
-    ids = batch(model, device)
+    ids = batch(model, device, (2, 8))
     with pytest.raises(TypeError, match="a sharded lm_head.*shard lm_head with its parent"):
         model(input_ids=ids, labels=ids)
 
@@ -270,7 +270,7 @@ def test_lora_keeps_lm_head_and_norms_frozen_and_matches_hf(device, loss_calls, 
     from qwen3_lora import with_lora
 
     reference = with_lora(tiny_model(device, layers=1))  # one layer: every part runs
-    ids = batch(reference, device)
+    ids = batch(reference, device, (2, 8))
     ref_loss, ref_grads = loss_and_grads_of_trainable(reference, ids)
     base, undo = fused(tiny_model(device, layers=1), "apply")  # fuse, then add adapters
     model = with_lora(base)
@@ -307,7 +307,7 @@ def test_an_adapter_on_lm_head_is_refused(device):
     undo = apply_qwen3_fusion(model, rms_norm=False, fused_add=False, qk_norm_rope=False,
                               swiglu=False, loss=True)  # the loss part is what refuses
     model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["lm_head"]))
-    ids = batch(model, device)
+    ids = batch(model, device, (2, 8))
     with pytest.raises(ValueError, match="(?s)bias-free nn.Linear lm_head.*use loss=False"):
         model(input_ids=ids, labels=ids)
     undo()
