@@ -4,11 +4,11 @@
 LoRA with lm_head and the norms frozen (qwen3_lora.py).
 
 Each run is compared with the same run without the patch: same weights, same data, same
-seed, fp32, the tolerances of test_qwen3_fusion_patch.py. TRL itself is not installed
-(it needs `datasets`, with pyarrow and pandas): the packing tests check the batch its
-padding-free collator makes, through transformers' DataCollatorWithFlattening. Trainer
-needs accelerate, LoRA needs peft: each test skips, saying so, where its library is
-missing.
+seed, fp32, the tolerances of test_qwen3_fusion_patch.py. TRL is not in the test
+requirements (it needs `datasets`, with pyarrow and pandas): the packing tests check the
+batch its padding-free collator makes, through transformers' DataCollatorWithFlattening,
+and the SFTTrainer test runs only where trl is installed. Trainer needs accelerate, LoRA
+needs peft: each test skips, saying so, where its library is missing.
 """
 import pytest
 import torch
@@ -151,6 +151,65 @@ def test_trainer_on_packed_batches_matches_hf(device, loss_calls):
 
     assert [int(call["num_items_in_batch"]) for call in loss_calls] == [17, 17]
     assert_same_training(got, expected)
+
+
+@pytest.fixture
+def sft_run(device):
+    """TRL's SFTTrainer itself, where it is installed (pip install trl==1.13.0): packing
+    (best-fit, so padding-free), 2 packed micro-batches per step, fp32, no clipping.
+    Returns run(model, **config) -> (logged loss, the step's gradients)."""
+    trl = needs("trl", "it needs datasets (pyarrow, pandas); the batch it makes is "
+                       "checked above through DataCollatorWithFlattening")
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from qwen3_packing import sequences
+    from qwen3_trainer import KeepGradients
+
+    vocab = {f"t{i}": i for i in range(512)}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t1")),
+        pad_token="t0", eos_token="t2", unk_token="t1")
+    data = Dataset.from_list(sequences(512, lengths=[7, 5, 9, 4, 6, 8, 3, 10]))
+
+    def run(model, **config):
+        keep = KeepGradients()
+        args = trl.SFTConfig(
+            output_dir="unused", packing=True, max_length=16, per_device_train_batch_size=2,
+            gradient_accumulation_steps=2, max_steps=1, optim="sgd", max_grad_norm=0.0,
+            bf16=False, logging_steps=1, report_to="none", save_strategy="no", seed=0,
+            use_cpu=device == "cpu", **config)
+        trainer = trl.SFTTrainer(model=model, args=args, train_dataset=data,
+                                 processing_class=tokenizer, callbacks=[keep])
+        trainer.train()
+        return trainer.state.log_history[0]["loss"], keep.steps[0]
+
+    return run
+
+
+def test_sft_trainer_packed_matches_hf_with_the_loss_part_off(device, sft_run, loss_calls,
+                                                              tmp_path, monkeypatch):
+    """SFTTrainer with packing (trl 1.13.0): with loss=False the fused layers give HF's loss
+    and gradients. Its default loss_type, chunked_nll, puts TRL's own chunked loss on the
+    model instance, so the fused loss part would never run; with loss_type="nll" TRL reads
+    outputs.logits for its metrics, which the fused loss does not make."""
+    monkeypatch.chdir(tmp_path)  # output_dir
+    expected = sft_run(tiny_model(device, layers=1))
+    model = tiny_model(device, layers=1)
+    apply_qwen3_fusion(model)  # loss=False
+    got = sft_run(model)
+    assert_same_training(([got[0]], [got[1]]), ([expected[0]], [expected[1]]))
+
+    model = tiny_model(device, layers=1)
+    apply_qwen3_fusion(model, loss=True)
+    sft_run(model)  # chunked_nll: TRL's forward on the instance
+    assert "forward" in model.__dict__ and loss_calls == []
+    model = tiny_model(device, layers=1)
+    apply_qwen3_fusion(model, loss=True)
+    with pytest.raises(TypeError, match="'NoneType' object is not subscriptable"):
+        sft_run(model, loss_type="nll")
+    assert len(loss_calls) == 1
 
 
 # ------------------------------------------------------------ FSDP2, wrapping by name
