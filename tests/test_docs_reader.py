@@ -290,6 +290,19 @@ def test_no_seed_figures_survive_in_the_articles():
             assert phrase not in text, f"{page}: {phrase}"
 
 
+def test_every_page_links_the_repository_without_asking_github(site):
+    """mkdocs.yml's repo_url (from REPO_URL) puts the repository link in every page's header, and the
+    theme's repository partial is overridden so that no script asks api.github.com for its facts."""
+    pages = sorted(site.rglob("*.html"))
+    assert pages
+    for html in pages:
+        text = html.read_text(encoding="utf-8")
+        if "md-header" not in text:
+            continue  # the 404 page and redirects aside
+        assert f'href="{docs_tools.TEST_REPO_URL}"' in text, f"{html.name}: no repository link"
+        assert 'data-md-component="source"' not in text, f"{html.name}: the theme would fetch repository facts"
+
+
 def test_the_site_serves_the_wheel(site):
     """The build's hook serves the fusion set's wheel, the same bytes the hook builds from snippets/."""
     package_wheel = load_hook("package_wheel")

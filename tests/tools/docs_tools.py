@@ -157,6 +157,9 @@ def normalise_python_fences(text: str) -> tuple[str, dict[int, Fence]]:
     return "\n".join(lines), found
 
 
+TEST_REPO_URL = "https://github.com/example/qwen3-triton-docs"  # a GitHub address, never fetched
+
+
 class BuildFailed(RuntimeError):
     pass
 
@@ -169,9 +172,12 @@ def built_site() -> pathlib.Path:
     """
     site = pathlib.Path(tempfile.mkdtemp(prefix="site-"))
     atexit.register(shutil.rmtree, site, ignore_errors=True)
+    # Built with a GitHub repository link, as the published site is, so that the browser check
+    # sees any request the theme's repository widget would make.
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "REPO_URL": os.environ.get("REPO_URL", TEST_REPO_URL)}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT, capture_output=True, text=True, env=env,
     )
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
