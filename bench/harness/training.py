@@ -1,4 +1,4 @@
-"""What the training-step experiments (exp_step, exp_fullsize) share: the model config from a spec, a
+"""What the training-step experiments (exp_step, harness/fullsize_job) share: the model config from a spec, a
 Qwen3RMSNorm-shaped module around any norm function, and one contender measured in a child process."""
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""bench/exp_fullsize.py: the model-FLOPs count, the patches each contender installs, the summary, the quick run."""
+"""bench/harness/fullsize_job.py (experiments fullsize and fullsize_loss): the model-FLOPs count, the patches each contender installs, the summary, the quick run."""
 import pytest
 
-from bench import exp_fullsize
+from bench import exp_fullsize, exp_fullsize_loss
+from bench.harness import fullsize_job
 from bench.harness import training
 from qwen3_configs import qwen3_config
 
@@ -18,23 +19,23 @@ def test_model_flops_of_qwen3_8b():
 
 
 def test_gpu_only_contenders_are_skipped_on_cpu():
-    for contender in exp_fullsize.NEEDS_GPU:
-        with pytest.raises(exp_fullsize.ContenderSkipped):
-            exp_fullsize.install_patch(contender, on_gpu=False)
+    for contender in fullsize_job.NEEDS_GPU:
+        with pytest.raises(fullsize_job.ContenderSkipped):
+            fullsize_job.install_patch(contender, on_gpu=False)
     with pytest.raises(ValueError, match="unknown"):
-        exp_fullsize.install_patch("fast", on_gpu=True)
+        fullsize_job.install_patch("fast", on_gpu=True)
 
 
 def test_summary():
     cfg = {"batch": 2, "seq_len": 4}
     record = {"status": "ok", "step_ms": [100.0, 110.0, 90.0], "flops_per_token": 1e12}
-    out = exp_fullsize.summarise(record, cfg, ceiling=800.0)
+    out = fullsize_job.summarise(record, cfg, ceiling=800.0)
     assert out["median_ms"] == 100.0 and out["tokens_per_s"] == pytest.approx(80.0)
     assert out["model_tflops"] == pytest.approx(80.0) and out["mfu"] == pytest.approx(0.1)
     lo, hi = out["ci95_ms"]
     assert 90.0 <= lo <= 100.0 <= hi <= 110.0
     assert out["tokens_per_s_ci95"][0] <= out["tokens_per_s"] <= out["tokens_per_s_ci95"][1]
-    assert exp_fullsize.summarise({"status": "error"}, cfg, 800.0) == {"status": "error"}
+    assert fullsize_job.summarise({"status": "error"}, cfg, 800.0) == {"status": "error"}
 
 
 def test_quick_run(quick_fullsize, on_gpu):
@@ -57,9 +58,29 @@ def test_fusion_set_contenders_patch_every_part(contender):
     from qwen3_fusion_patch import HF_CAUSAL_LM, fused_loss_forward
 
     with qwen3_patches_undone():
-        info = exp_fullsize.install_patch(contender, on_gpu=False)
+        info = fullsize_job.install_patch(contender, on_gpu=False)
         layer = Qwen3ForCausalLM(tiny_qwen3_config()).model.layers[0]
         assert type(layer).__module__ == "qwen3_fused_add_patch"
         assert type(layer.self_attn).__module__ == type(layer.mlp).__module__ == "qwen3_fusion_patch"
         assert (HF_CAUSAL_LM.forward is fused_loss_forward) == (contender == "fusion_set_loss")
         assert info["fusion_parts"]["loss"] == (contender == "fusion_set_loss")
+
+
+def test_fullsize_loss_runs_the_loss_comparison(monkeypatch):
+    """Experiment fullsize_loss is the same job with the loss comparison's contenders, each a known one,
+    and its children are started as its own workers; BENCH_FULLSIZE_CONTENDERS still overrides."""
+    assert set(exp_fullsize_loss.CONTENDERS) <= set(fullsize_job.CONTENDERS)
+    assert {"liger", "fusion_set_loss", "fusion_set_loss_compile"} <= set(exp_fullsize_loss.CONTENDERS)
+    monkeypatch.delenv("BENCH_FULLSIZE_CONTENDERS", raising=False)
+    assert fullsize_job.selected_contenders(exp_fullsize_loss.CONTENDERS) == list(exp_fullsize_loss.CONTENDERS)
+    assert fullsize_job.selected_contenders() == list(fullsize_job.CONTENDERS)
+    monkeypatch.setenv("BENCH_FULLSIZE_CONTENDERS", "eager, liger")
+    assert fullsize_job.selected_contenders(exp_fullsize_loss.CONTENDERS) == ["eager", "liger"]
+    started = []
+    monkeypatch.setattr(fullsize_job, "run_contender_process",
+                        lambda name, contender, *rest: started.append((name, contender)) or {"status": "error"})
+    monkeypatch.setattr(fullsize_job, "gemm_ceiling_tflops", lambda device: None)
+    monkeypatch.setenv("BENCH_FULLSIZE_CONTENDERS", "eager")
+    import argparse
+    exp_fullsize_loss.run(argparse.Namespace(quick=True, out=None))
+    assert started == [("fullsize_loss", "eager")]
