@@ -1,7 +1,7 @@
 """bench/harness/fullsize_job.py (experiments fullsize and fullsize_loss): the model-FLOPs count, the patches each contender installs, the summary, the quick run."""
 import pytest
 
-from bench import exp_fullsize, exp_fullsize_loss
+from bench import exp_fullsize_loss
 from bench.harness import fullsize_job
 from bench.harness import training
 from qwen3_configs import qwen3_config
