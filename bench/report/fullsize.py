@@ -28,6 +28,9 @@ LABELS = {
     "liger_triton": "Liger 全套 + 本站 RMSNorm",
     "compile_liger_flce": "regional compile + Liger FLCE",
     "quack": "quack RMSNorm",
+    "fusion_set": "本站融合集（不含 loss）",
+    "fusion_set_loss": "本站融合集 + 融合 loss",
+    "fusion_set_loss_compile": "本站融合集 + 融合 loss + regional compile",
 }
 
 # What the record's config says, in the caption's words. A config string not listed here fails the render:
