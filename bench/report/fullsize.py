@@ -3,11 +3,12 @@
 * ``fullsize_table.md`` (a report: ``render(data)``, from fullsize.json alone): one row per contender, its step
   time with the 95 % interval, tokens/s, MFU against the GPU's dense bf16 peak (names.DENSE_BF16_PEAK_TFLOPS), the speed-up
   over HF eager and the peak memory; the caption states the setup from the record's config.
-* ``fullsize_sentence.md`` (a summary: ``render_summary(load)``, it reads step.json too): ours against HF eager,
-  then the ranking. The intervals here come from one process per contender, so they leave out process-to-process
+* ``fullsize_fused_add.md`` (a summary: ``render_summary(load)``, it reads step.json too): the fused add against
+  the plain kernel. The intervals here come from one process per contender, so they leave out process-to-process
   variation; two contenders are ranked only when their intervals are disjoint *and* their medians differ by
   more than the smallest difference the multi-process 8-layer step run can resolve (step.json
-  ``config["resolution"]``); otherwise they are level.
+  ``config["resolution"]``); otherwise they are level (:func:`level`, :func:`tiers`: the order 篇 2 §6.2 and the
+  home page write by hand).
 """
 from __future__ import annotations
 
@@ -187,57 +188,6 @@ def tiers(ok: list[dict], resolution: float) -> list[list[dict]]:
     return out
 
 
-def tier_zh(tier: list[dict], resolution: float, with_numbers: bool = False) -> str:
-    """'A 与 B（持平）' / 'A、B 与 C（分不出先后）' / 'A'; ``with_numbers``: each with its step and speed-up."""
-    def name(r):
-        if not with_numbers:
-            return r["label"]
-        speed = f"，{prose.times(r['speedup'])}" if r.get("speedup") else ""
-        return f"{r['label']}（{tables.fmt(r['step'], 4)} ms{speed}）"
-
-    names = [name(r) for r in tier]
-    if len(names) == 1:
-        return names[0]
-    joined = cat(prose.join(names[:-1]), "与", names[-1])
-    together = all(level(a, b, resolution) for i, a in enumerate(tier) for b in tier[i + 1:])
-    if with_numbers:
-        if not together:
-            return joined + "，分不出先后"
-        return joined + {2: "，两者持平", 3: "，三者持平"}.get(len(names), "，彼此持平")
-    return joined + ("（持平）" if together else "（分不出先后）")
-
-
-def sentence(data: dict, step_data: dict) -> str:
-    cfg = data["config"]
-    resolution = step_data["config"]["resolution"]
-    all_rows = rows(data)
-    ok = [r for r in all_rows if r["status"] == "ok"]
-    by_name = {r["contender"]: r for r in ok}
-    base, ours = by_name.get(cfg["baseline"]), by_name.get(cfg["ours"])
-    head = f"全尺寸 Qwen3-{cfg['model']['size']}（{cfg['geometry']['num_hidden_layers']} 层）训练一步："
-    f = tables.fmt
-    if not base or not ours:
-        missing = [label(c) for c in (cfg["baseline"], cfg["ours"]) if c not in by_name]
-        return cat(head, prose.join(missing), "这一档没有跑成，见表。") + "\n"
-    if level(ours, base, resolution):
-        first = cat(label(cfg["ours"]), f"与 HF eager 持平（{f(ours['step'], 4)} 对 {f(base['step'], 4)} ms）")
-    else:
-        verb = "降到" if ours["step"] < base["step"] else "变成"
-        first = cat(label(cfg["ours"]), f"把 step 从 HF eager 的 {f(base['step'], 4)} ms {verb} {f(ours['step'], 4)} ms"
-                    f"（{prose.times(ours['speedup'])}）")
-    ranked = tiers(ok, resolution)
-    top = ranked[0]
-    text = cat(head, first, "；", "最快的一档是" if len(top) > 1 else "最快的是", tier_zh(top, resolution, True))
-    if len(ranked) > 1:
-        later = [tier_zh(t, resolution) for t in ranked[1:]]
-        text = cat(text, "；其后依次是：", "；".join(later[:-1]) + ("；最后是" if len(later) > 1 else ""), later[-1])
-    skipped = [r["label"] for r in all_rows if r["status"] != "ok"]
-    if skipped:
-        text = cat(text, f"（{prose.join(skipped)}", "未运行）")
-    text += f"。两档区间不相交、且相差超过 {prose.pct(resolution, 1)} 才分先后。"
-    return text + "\n"
-
-
 FUSED = "triton_fused_add"
 
 
@@ -273,7 +223,7 @@ def memory_clause(fused: dict, ours: dict) -> str:
 
 def render_summary(load) -> dict[str, str]:
     full, step = load(NAME), load(STEP)
-    return {"fullsize_sentence.md": sentence(full, step), "fullsize_fused_add.md": fused_add_sentence(full, step)}
+    return {"fullsize_fused_add.md": fused_add_sentence(full, step)}
 
 
 def values(data: dict) -> dict[str, str]:

@@ -7,6 +7,7 @@
 * ``host_sentence.md`` (a summary: ``render_summary(load)``, it reads step.json too): at which shapes ours'
   host-inclusive call is slower than F.rms_norm's, what the breakdown says the time goes to, and what that
   host time amounts to in the 8-layer training step, where the step time shows whether it was hidden.
+* ``values(data)``: the shapes where that call is slower and by how much, for 篇 2 §6.2's hand-written sentence.
 
 Two host times count as different only when they differ by more than the spread of the timing loops of both
 (``host_range_us``: min to max over the repeats, as a fraction of the median).
@@ -230,24 +231,24 @@ def sentence(data: dict, step: dict) -> str:
     return text + "\n"
 
 
-def short_sentence(data: dict, step: dict) -> str:
-    """篇2 §6.2's one sentence: where ours' host-inclusive call is slower than F.rms_norm's, and when that matters."""
-    ours, torch_name = data["config"]["ours"], "torch_rms_norm"
-    ratios = [e["fwd_bwd"][ours]["wall_us"] / e["fwd_bwd"][torch_name]["wall_us"] for e in data["results"]["shapes"]
-              if {ours, torch_name} <= set(e["fwd_bwd"]) and differ(e["fwd_bwd"][ours], e["fwd_bwd"][torch_name])]
-    slower = [r for r in ratios if r > 1]
-    link = "（拆分见[测法页](triton-rmsnorm-methods.md#六-step-实测)）"
-    if not slower:
-        return f"含主机开销，本站实现单次 forward + backward 在所测形状上都不慢于 F.rms_norm{link}。\n"
-    text = (f"含主机开销，本站实现单次 forward + backward 在 {len(slower)} 个形状上慢于 F.rms_norm"
-            f"（墙钟时间是它的 {prose.times_span(slower, 1)} 倍，调用受主机限制）")
-    res = step["results"]
-    mine, theirs = res.get(step["config"].get("ours", "triton"), {}), res.get("torch_rmsnorm", {})
-    if mine.get("ci95_ms") and theirs.get("ci95_ms") and mine["ci95_ms"][1] < theirs["ci95_ms"][0]:
-        text += "；GPU 受限的 8 层训练 step 里它仍比 F.rms_norm 快（95% 区间不重叠）"
-    return text + f"；小模型、短序列这类主机跟不上 GPU 的设置则要付这笔开销{link}。\n"
-
-
 def render_summary(load) -> dict[str, str]:
     data, step = load(NAME), load(STEP)
-    return {"host_sentence.md": spaced(sentence(data, step)), "host_short.md": spaced(short_sentence(data, step))}
+    return {"host_sentence.md": spaced(sentence(data, step))}
+
+
+def slower_shapes(data: dict) -> list[dict]:
+    """The shapes where ours' host-inclusive forward + backward is slower than F.rms_norm's by more than the
+    spread of either's timing loops (:func:`differ`)."""
+    ours = data["config"]["ours"]
+    return [e for e in data["results"]["shapes"] if {ours, PEER} <= set(e["fwd_bwd"])
+            and differ(e["fwd_bwd"][ours], e["fwd_bwd"][PEER]) and e["fwd_bwd"][ours]["wall_us"] > e["fwd_bwd"][PEER]["wall_us"]]
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ host.NAME }}: where ours' host-inclusive call is slower than F.rms_norm's (篇 2 §6.2) and by how much
+    (wall time over F.rms_norm's)."""
+    ours, slower = data["config"]["ours"], slower_shapes(data)
+    labels = [e["label"] for e in slower]
+    return {"slower_shapes": "、".join(labels[:-1]) + (" 和 " if len(labels) > 1 else "") + (labels[-1] if labels else ""),
+            "slower_ratio": prose.times_span((e["fwd_bwd"][ours]["wall_us"] / e["fwd_bwd"][PEER]["wall_us"]
+                                              for e in slower), 1) if slower else ""}

@@ -1,9 +1,11 @@
 """rmsnorm.json -> 篇2 §四 §五's op-level tables and the bandwidth plot: every contender side by side."""
 from __future__ import annotations
 
+import re
+
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (at, bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
+from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
                               forward_shapes, rows_caption, shape_label, size)
 
 NAME = "rmsnorm"
@@ -162,24 +164,8 @@ def _rstd_table(data):
     return prose.page(table, caption)
 
 
-def rstd_sentence(data) -> str:
-    """篇2 §5.4: recomputing rstd in the backward against saving it, per shape, by the run's tie rule."""
-    entries, within = data["results"]["rstd"], tie(data["config"])
-    rows = [{"label": shape_label(r), "ratio": r["saved_us"] / r["recomputed_us"]} for r in entries]
-    faster, tied, slower = by_tie(rows, within)  # ratio > 1: recomputing is faster
-    clauses = []
-    if tied:
-        clauses.append(f"{at(r['label'] for r in tied)}与保存持平（相差不到 {prose.pct(within)}）")
-    clauses += [f"{at([r['label']])}{'快' if r in faster else '慢'} {prose.pct(abs(1 / r['ratio'] - 1), 1)}"
-                for r in rows if r not in tied]
-    spread = max(abs(1 / r["ratio"] - 1) for r in rows)
-    verdict = ("：两种做法互有快慢，差别都不超过 " if faster and slower else "，差别都不超过 ") + prose.pct(spread, 1)
-    return "只看 backward，重算 rstd " + "，".join(clauses) + (verdict if faster or slower else "") + "。\n"
-
-
 def render(data: dict) -> dict[str, str]:
     out = {
-        "rmsnorm_rstd_sentence.md": rstd_sentence(data) if data["results"].get("rstd") else None,
         "rmsnorm_fwd.md": _table(data, "fwd"),
         "rmsnorm_fwdbwd.md": _table(data, "fwd_bwd"),
         "rmsnorm_fwd_all.md": _all_table(data, "fwd"),
@@ -194,9 +180,25 @@ def render(data: dict) -> dict[str, str]:
     return {name: text for name, text in out.items() if text is not None}
 
 
+def rstd_changes(data) -> dict[str, float]:
+    """{shape label: recomputing rstd's backward time over saving it, minus 1} (above 0: recomputing is slower)."""
+    return {shape_label(r): r["recomputed_us"] / r["saved_us"] - 1 for r in data["results"].get("rstd") or []}
+
+
+def value_key(label: str) -> str:
+    """'H=1024' -> 'h1024', 'q_norm' -> 'q_norm': a shape label as part of a value's name."""
+    return re.sub(r"[^a-z0-9_]", "", label.lower())
+
+
 def values(data: dict) -> dict[str, str]:
-    """{{ rmsnorm.NAME }}: ours against the fastest peer per phase, and the H=4096 row 篇 2's §八 quotes."""
-    out = {}
+    """{{ rmsnorm.NAME }}: ours against the fastest peer per phase, the H=4096 row 篇 2's §八 quotes, the run's tie
+    rule, and recomputing rstd against saving it (篇 2 §5.4: each shape's difference and the largest)."""
+    out = {"tie": prose.pct(tie(config(data)))}
+    changes = rstd_changes(data)
+    for label, change in changes.items():
+        out[f"rstd_{value_key(label)}"] = prose.pct(abs(change), 1)
+    if changes:
+        out["rstd_spread"] = prose.pct(max(abs(c) for c in changes.values()), 1)
     for phase in ("fwd", "fwd_bwd"):
         rows = vs_best_peer(data, phase)
         out[f"{phase}_shapes"] = str(len(rows))

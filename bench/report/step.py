@@ -279,9 +279,6 @@ def render(data: dict) -> dict[str, str]:
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
             + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
             + caption(data), _share_takeaway(data, rows)),
-        "step_rmsnorm_share_sentence.md": _share_takeaway(data, rows) + "\n",
-        "step_time_sentence.md": _step_takeaway(data, rows).removesuffix("。")
-        + "（逐档的表与区间见[测法页](triton-rmsnorm-methods.md#六-step-实测)）。\n",
         "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }

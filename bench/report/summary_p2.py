@@ -166,21 +166,19 @@ def conclusion(rms: dict, step: dict) -> str:
     return prose.page(table, caption)  # the words above it are the page's own (篇 2 §八)
 
 
-def ridge_sentence(roofline: dict, fullsize: dict | None = None) -> str:
-    """篇 1's ridge point; a range when another run (fullsize.json's 8192³ GEMM) measured a higher matmul rate."""
-    r = roofline["results"]
-    gpu = (roofline["environment"].get("gpu") or "GPU").replace("NVIDIA ", "")
+def ridge_span(roofline: dict, fullsize: dict | None = None) -> tuple[float, float]:
+    """篇 1's ridge point (FLOP per byte) and, when another run (fullsize.json's 8192³ GEMM) measured a higher
+    matmul rate, the ridge point at that rate; (ridge, ridge) otherwise."""
     ridge = ridge_flop_per_byte(roofline)
     other = (fullsize or {}).get("config", {}).get("gemm_ceiling_tflops")
-    high = other * 1e12 / (r["ceilings"]["copy"]["gbps"] * 1e9) if other else None
-    if high and round(high) > round(ridge):
-        text = f"{gpu} 的屋脊点实测在 {ridge:.0f}–{high:.0f} FLOP/字节之间（随那次运行的矩阵乘吞吐而变，篇 1 §五）"
-    else:
-        text = f"{gpu} 的屋脊点实测约为 {ridge:.0f} FLOP/字节（篇 1 §五）"
-    norm = next((p for p in r.get("points", []) if p["name"] == "RMSNorm"), None)
-    if norm:
-        text += f"，RMSNorm 的算术强度约为 {norm['fused']['flops'] / norm['fused']['bytes']:.1f} FLOP/字节"
-    return text + "。\n"
+    high = other * 1e12 / (roofline["results"]["ceilings"]["copy"]["gbps"] * 1e9) if other else ridge
+    return ridge, max(ridge, high)
+
+
+def rmsnorm_intensity(roofline: dict) -> float:
+    """The fused RMSNorm's arithmetic intensity in 篇 1's roofline (FLOP per byte)."""
+    norm = next(p for p in roofline["results"]["points"] if p["name"] == "RMSNorm")
+    return norm["fused"]["flops"] / norm["fused"]["bytes"]
 
 
 def versions_note(envs: list[dict]) -> str:
@@ -218,8 +216,17 @@ def render_summary(load) -> dict[str, str]:
         "p2_survey.md": survey(rms, step),
         "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),
     }
-    try:
-        out["p2_ridge.md"] = ridge_sentence(load("p1_roofline"), data.get("fullsize"))
-    except FileNotFoundError:  # 篇1's roofline data not committed for this GPU
-        pass
     return out
+
+
+def summary_values(load) -> dict[str, dict[str, str]]:
+    """{{ p2.NAME }}: 篇 2 §4.4's ridge point (a range when fullsize.json's GEMM ran faster than 篇 1's) and
+    RMSNorm's arithmetic intensity, both from 篇 1's roofline data."""
+    roofline = load("p1_roofline")
+    try:
+        fullsize = load("fullsize")
+    except FileNotFoundError:  # not measured on this GPU
+        fullsize = None
+    low, high = ridge_span(roofline, fullsize)
+    return {"p2": {"ridge": prose.span([low, high], lambda v: f"{v:.0f}") + " FLOP/字节",
+                   "rmsnorm_intensity": f"{rmsnorm_intensity(roofline):.1f} FLOP/字节"}}

@@ -134,38 +134,15 @@ def best_per_programs(entry) -> dict[int, float]:
     return best
 
 
-def _where(entry) -> str:
-    label = shape_label(entry)
-    return label if label.startswith("H=") else f"{label} 的 {entry['width']} 宽行"
-
-
-def programs_sentence(data) -> str:
-    """篇2 §7.1: what the sweep says about resident programs per SM in the backward, in words computed here."""
-    entries = data["results"]
-    bests = [best_per_programs(e) for e in entries]
-    counts = sorted(set.intersection(*(set(b) for b in bests)))
-    one = counts[0]
-    beat_one = [c for c in counts[1:] if all(b[c] < b[one] for b in bests)]
-    lag = [b[one] / min(b.values()) - 1 for b in bests]
-    text = ("backward 里，若每种 program 数各取自己最快的 BLOCK_ROWS 与 num_warps"
-            "（上图的折线把这两个参数固定在本站实现的选择上，读数会不同），"
-            f"每个 SM 只放 {one} 个常驻 program，在扫过的 {len(entries)} 个行宽上都慢于"
-            + "和".join(f"放 {c} 个" for c in beat_one) + f"，比该行宽最快的配置慢 {prose.pct_span(lag)}")
-    slower = [(e, c) for e, b in zip(entries, bests) for c in counts[1:] if b[c] > b[one]]
-    if slower:
-        text += "，但不总是最慢：" + "、".join(prose.glue(_where(e), f"上放 {c} 个更慢") for e, c in slower)
-    level = [sorted(c for c in b if b[c] <= (1 + TIE) * min(b.values())) for b in bests]
-    alone = sorted({lv[0] for lv in level if len(lv) == 1})
-    text += f"。最快的是放 {' 或 '.join(map(str, alone))} 个"
-    ties = [(e, lv) for e, lv in zip(entries, level) if len(lv) > 1]
-    if ties:
-        text += "，只有 " + "、".join(
-            prose.glue(_where(e), "") + f"上放 {'、'.join(map(str, lv))} 个打平（相差不到 {prose.pct(TIE)}，"
-            f"本站实现取 {e['heuristic_bwd']['programs_per_sm']} 个）" for e, lv in ties)
-    return text + "。\n"
-
-
 def render(data: dict) -> dict[str, str]:
     fwd, bwd = _fwd_table(data), _bwd_table(data)
-    return {"tuning_fwd.md": fwd, "tuning_bwd.md": bwd, "tuning.svg": _plot(data),
-            "tuning_programs_sentence.md": programs_sentence(data)}
+    return {"tuning_fwd.md": fwd, "tuning_bwd.md": bwd, "tuning.svg": _plot(data)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ tuning.NAME }} (篇 2 §7.1): how many widths the backward sweep covers, how far one resident program per SM
+    lags each width's fastest config (each count at its own best BLOCK_ROWS and num_warps), and the tie rule."""
+    bests = [best_per_programs(e) for e in data["results"]]
+    one = min(set.intersection(*(set(b) for b in bests)))
+    return {"widths": str(len(bests)), "one_lag": prose.pct_span(b[one] / min(b.values()) - 1 for b in bests),
+            "tie": prose.pct(TIE)}

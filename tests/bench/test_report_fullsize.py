@@ -1,5 +1,5 @@
-"""bench/report/fullsize.py: the full-size Qwen3-8B table and sentence from the committed fullsize.json, and
-what they say when the data moves: a contender shifted so that the ranking flips, a pair that the level rule
+"""bench/report/fullsize.py: the full-size Qwen3-8B table and the ranking (tiers) from the committed fullsize.json,
+and what they say when the data moves: a contender shifted so that the ranking flips, a pair that the level rule
 must rank, a contender that did not run, an unknown setup."""
 from __future__ import annotations
 
@@ -77,24 +77,16 @@ def test_an_unknown_setup_has_no_words(committed):
         report.render(data)
 
 
-def test_the_committed_sentence(committed):
-    data, step = _data(committed)
-    text = report.render_summary(lambda name: {"fullsize": data, "step": step}[name])["fullsize_sentence.md"]
-    r = data["results"]
-    speedup = prose.times(r["eager"]["median_ms"] / r["triton"]["median_ms"])
-    assert text.startswith("全尺寸 Qwen3-8B（36 层）训练一步：本站 RMSNorm 把 step 从 HF eager 的 ")
-    assert f"（{speedup}）" in text and text.endswith("。\n") and "\n" not in text.rstrip("\n")
-    assert prose.pct(step["config"]["resolution"], 1) in text
-    # liger_triton vs liger: intervals disjoint, but 0.8 % apart (under the resolution): level, and the top tier
-    assert "最快的一档是 Liger 全套 + 本站 RMSNorm（887.4 ms，" in text and "Liger 全套补丁（894.5 ms，" in text
-    assert "两者持平" in text
-    assert "regional torch.compile 与 regional compile + Liger FLCE（持平）" in text
-    assert "本站 RMSNorm + 融合残差加法、本站 RMSNorm 与 quack RMSNorm（持平）" in text
-    assert text.index("regional torch.compile") < text.index("本站 RMSNorm + 融合残差加法") < text.index("最后是 HF eager")
-    tiers = [[row["contender"] for row in t] for t in report.tiers(
+def _tiers(data, step):
+    return [[row["contender"] for row in t] for t in report.tiers(
         [row for row in report.rows(data) if row["status"] == "ok"], step["config"]["resolution"])]
-    assert tiers == [["liger_triton", "liger"], ["compile", "compile_liger_flce"],
-                     ["triton_fused_add", "triton", "quack"], ["eager"]]
+
+
+def test_the_committed_tiers(committed):
+    """liger_triton vs liger: intervals disjoint, but 0.8 % apart (under the resolution): level, and the top tier."""
+    data, step = _data(committed)
+    assert _tiers(data, step) == [["liger_triton", "liger"], ["compile", "compile_liger_flce"],
+                                  ["triton_fused_add", "triton", "quack"], ["eager"]]
 
 
 def test_the_level_rule():
@@ -119,25 +111,20 @@ def test_a_pair_the_rule_must_rank(committed):
     fused = data["results"]["triton_fused_add"]["median_ms"]
     _set(data, "triton", fused * 1.03)
     _set(data, "quack", fused * 1.03)
-    text = report.sentence(data, step)
-    assert "（持平）；本站 RMSNorm + 融合残差加法；本站 RMSNorm 与 quack RMSNorm（持平）；最后是 HF eager" in text
+    assert _tiers(data, step)[2:] == [["triton_fused_add"], ["triton", "quack"], ["eager"]]
 
 
 def test_shifting_a_contender_flips_the_ranking(committed):
     """Liger's full patch 3 % faster than Liger + ours: Liger alone at the top, then Liger + ours."""
     data, step = _data(committed)
     _set(data, "liger", data["results"]["liger_triton"]["median_ms"] / 1.03)
-    text = report.sentence(data, step)
-    assert "最快的是 Liger 全套补丁（" in text and "其后依次是：Liger 全套 + 本站 RMSNorm；" in text
-    assert "两者持平" not in text
+    assert _tiers(data, step)[:2] == [["liger"], ["liger_triton"]]
 
 
 def test_a_finer_resolution_splits_a_tier(committed):
     data, step = _data(committed)
     step["config"]["resolution"] = 0.005  # liger_triton vs liger (0.8 %, disjoint) is now resolved
-    text = report.sentence(data, step)
-    assert "最快的是 Liger 全套 + 本站 RMSNorm（887.4 ms，" in text and "其后依次是：Liger 全套补丁；" in text
-    assert prose.pct(0.005, 1) in text
+    assert _tiers(data, step)[:2] == [["liger_triton"], ["liger"]]
 
 
 def test_a_tier_whose_members_are_not_all_level(committed):
@@ -148,8 +135,10 @@ def test_a_tier_whose_members_are_not_all_level(committed):
     _set(data, "quack", 930.0, 0.5)
     for c in ("triton", "triton_fused_add"):
         _set(data, c, 960.0)
-    text = report.sentence(data, step)
-    assert "regional torch.compile、regional compile + Liger FLCE 与 quack RMSNorm（分不出先后）" in text
+    tier = next(t for t in report.tiers([r for r in report.rows(data) if r["status"] == "ok"],
+                                        step["config"]["resolution"]) if len(t) == 3)
+    assert [r["contender"] for r in tier] == ["compile", "compile_liger_flce", "quack"]
+    assert not report.level(tier[0], tier[2], step["config"]["resolution"])  # a chain, not a level group
 
 
 @pytest.mark.parametrize("status", ["error", "skipped"])
@@ -160,28 +149,25 @@ def test_a_contender_that_did_not_run(committed, status):
     table = report.render(data)["fullsize_table.md"]
     row = next(r for r in _body(table) if r[0] == "quack RMSNorm")
     assert row[1:] == ["未运行", "—", "—", "—", "—"]
-    text = report.sentence(data, step)
-    assert "（quack RMSNorm 未运行）" in text and "quack RMSNorm（持平）" not in text
-    assert "本站 RMSNorm + 融合残差加法与本站 RMSNorm（持平）" in text
+    assert ["triton_fused_add", "triton"] in _tiers(data, step)
 
 
 def test_ours_or_the_baseline_missing(committed):
-    data, step = _data(committed)
+    data, _ = _data(committed)
     data["results"]["triton"] = {"contender": "triton", "status": "error", "reason": "x"}
-    text = report.sentence(data, step)
-    assert "本站 RMSNorm 这一档没有跑成" in text
     assert "未运行" in _body(report.render(data)["fullsize_table.md"])[3][1]
 
 
 def test_ours_level_with_the_baseline(committed):
     data, step = _data(committed)
     _set(data, "triton", data["results"]["eager"]["median_ms"] * 1.001, 5.0)
-    assert "本站 RMSNorm 与 HF eager 持平（" in report.sentence(data, step)
+    full = {r["contender"]: r for r in report.rows(data)}
+    assert report.level(full["triton"], full["eager"], step["config"]["resolution"])
 
 
 def test_the_committed_files_are_what_the_data_renders_to():
     expected = report.render(store.load("fullsize")) | report.render_summary(store.load)
-    assert set(expected) == {"fullsize_table.md", "fullsize_sentence.md", "fullsize_fused_add.md"}
+    assert set(expected) == {"fullsize_table.md", "fullsize_fused_add.md"}
     for name, text in expected.items():
         assert (GENERATED_DIR / name).read_text(encoding="utf-8") == text, f"run python -m bench.render: {name}"
 

@@ -78,21 +78,10 @@ def test_a_tie_is_what_the_run_s_rule_says():
 
 def test_renders_from_the_quick_run(quick_step):
     rendered = report.render(quick_step)
-    assert set(rendered) == {"step_time.md", "step_detail.md", "step_rmsnorm_share.md", "step_rmsnorm_share_sentence.md",
-                             "step_time_sentence.md", "step_fused_add.md", "step_time.svg"}
-    # the article's sentence is the methods page's table's sentence, with a link to the table
-    assert rendered["step_time_sentence.md"].startswith(rendered["step_time.md"].split("\n\n")[0].removesuffix("。"))
+    assert set(rendered) == {"step_time.md", "step_detail.md", "step_rmsnorm_share.md", "step_fused_add.md",
+                             "step_time.svg"}
     check_artifacts(rendered)
     assert report.label("triton_fused_add") in rendered["step_fused_add.md"]
-
-
-def test_the_share_sentence_stands_alone_for_the_article():
-    """step_rmsnorm_share_sentence.md is the methods page's table's sentence, alone on one line, no table."""
-    rendered = report.render(_step_fixture())
-    sentence = rendered["step_rmsnorm_share_sentence.md"]
-    assert sentence == rendered["step_rmsnorm_share.md"].split("\n\n")[0] + "\n"
-    assert sentence.count("\n") == 1 and "|" not in sentence and sentence.rstrip().endswith("。")
-    assert "Amdahl" in sentence
 
 
 def test_with_intervals_level_means_overlapping_intervals():

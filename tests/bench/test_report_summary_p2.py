@@ -126,17 +126,26 @@ def test_log_outcome_parsing():
     assert summary_p2.log_outcome("no summary here") == ""
 
 
-def test_ridge_sentence_reads_papers_one_data():
+def test_the_ridge_values_read_paper_one_s_data():
     roofline = {"environment": {"gpu": "NVIDIA H200"},
                 "results": {"ceilings": {"matmul": {"tflops": 634.4}, "copy": {"gbps": 4000.0}},
                             "points": [{"name": "RMSNorm", "fused": {"flops": 10, "bytes": 20}}]}}
-    assert summary_p2.ridge_sentence(roofline) == \
-        "H200 的屋脊点实测约为 159 FLOP/字节（篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
+
+    def load(runs):
+        def inner(name):
+            if name not in runs:
+                raise FileNotFoundError(name)
+            return runs[name]
+        return inner
+
+    assert summary_p2.summary_values(load({"p1_roofline": roofline})) == \
+        {"p2": {"ridge": "159 FLOP/字节", "rmsnorm_intensity": "0.5 FLOP/字节"}}
     # another run's higher matmul rate (fullsize.json's 8192³ GEMM): the ridge point is a range
     fullsize = {"config": {"gemm_ceiling_tflops": 800.0}}
-    assert summary_p2.ridge_sentence(roofline, fullsize) == \
-        "H200 的屋脊点实测在 159–200 FLOP/字节之间（随那次运行的矩阵乘吞吐而变，篇 1 §五），RMSNorm 的算术强度约为 0.5 FLOP/字节。\n"
-    assert summary_p2.ridge_sentence(roofline, {"config": {"gemm_ceiling_tflops": 600.0}}).startswith("H200 的屋脊点实测约为 159")
+    assert summary_p2.summary_values(load({"p1_roofline": roofline, "fullsize": fullsize}))["p2"]["ridge"] == \
+        "159–200 FLOP/字节"
+    low, high = summary_p2.ridge_span(roofline, {"config": {"gemm_ceiling_tflops": 600.0}})  # a slower GEMM: no range
+    assert low == high
 
 
 def test_the_env_box_says_which_torch_the_comparisons_hold_for():
