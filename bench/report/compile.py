@@ -1,4 +1,5 @@
-"""compile.json -> our modules under torch.compile: the methods page's table and the article's sentence.
+"""compile.json -> our modules under torch.compile: the methods page's table and the figures of the article's
+hand-written reading (``values``: {{ compile.NAME }}).
 
 Per case (module × shape) and phase: eager's GPU time and its share of the copy ceiling, compiled ÷ eager
 of the GPU time (the profiler's device time per call) and of the host-inclusive time (do_bench of eager
@@ -157,22 +158,6 @@ def _table(data) -> str:
     return prose.page(table, caption(data), takeaway(data))
 
 
-def _gpu_verdict(data) -> str:
-    """What compiling does to the kernels' GPU time, as a conclusion against the run's tie rule: nothing
-    (every group within the tie), or which way it moves them."""
-    rows = ratios(data, "gpu")
-    if not rows:
-        return ""
-    within = tie(data["config"])
-    slower = [r for r in rows if r["ratio"] > 1 + within]
-    faster = [r for r in rows if r["ratio"] < 1 - within]
-    if not slower and not faster:
-        return "编译不改变这两个模块的 GPU 时间"
-    if slower and faster:
-        return "编译让这两个模块的 GPU 时间有快有慢"
-    return f"编译让这两个模块有 {len(slower or faster)} 组的 GPU 时间变{'慢' if slower else '快'}"
-
-
 def _host_spread(data) -> tuple[list[float], dict]:
     """Per (case, mode, phase) with both timers: the host-inclusive median ÷ the GPU-time median, and per
     timer the p20–p80 ranges as shares of their medians."""
@@ -190,30 +175,20 @@ def _host_spread(data) -> tuple[list[float], dict]:
     return over, spread
 
 
-def sentence(data) -> str:
-    """The article's two sentences, each a conclusion with the numbers behind it: what compiling does to
-    our modules (graph breaks; GPU time against eager, within the run's tie rule or not), then why timing one
-    module with the host's work included cannot tell (its ratios swing both ways, it sits above the GPU time
-    and spreads far wider)."""
-    cases = prose.join(case_label(c) for c in data["results"]["cases"])
-    verdict = _gpu_verdict(data)
-    facts = [p for p in (_breaks_words(data), _gpu_words(data), _missing(data)) if p]
-    first = (f"{verdict}：用 torch.compile(fullgraph=True) 编译它们（{cases}）" if verdict
-             else f"用 torch.compile(fullgraph=True) 编译我们的两个模块（{cases}）") + "，" + "，".join(facts) + "。"
-    host = ratios(data, "host")
-    over, spread = _host_spread(data)
-    if not host or not over:
-        return first + "\n"
-    swing = "有的高于 1、有的低于 1" if min(r["ratio"] for r in host) < 1 < max(r["ratio"] for r in host) else ""
-    text = "单独计时一个模块、把主机开销算进去，看不出编译的快慢：compiled ÷ eager 的比值" + (
-        f"{swing}（{_host_words(data).removeprefix('含主机开销（do_bench 计时的 eager 调用）的比值为 ')}）"
-        if swing else f"为 {_host_words(data).removeprefix('含主机开销（do_bench 计时的 eager 调用）的比值为 ')}")
-    text += f"，含主机开销的用时是同组 GPU 时间的 {prose.times_span(over, 2)} 倍"
-    if spread["host"] and spread["gpu"]:
-        text += (f"，p20–p80 区间宽到中位数的 {prose.pct(max(spread['host']))}"
-                 f"（GPU 时间不超过 {prose.pct(max(spread['gpu']))}）")
-    return first + text + "。\n"
-
-
 def render(data: dict) -> dict[str, str]:
-    return {"compile.md": _table(data), "compile_sentence.md": sentence(data)}
+    return {"compile.md": _table(data)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ compile.NAME }}: the figures of the article's hand-written reading: the graph breaks (when every case
+    counted the same), the compiled ÷ eager ratios of the GPU time and of the host-inclusive time, the tie rule."""
+    gpu, host = ratios(data, "gpu"), ratios(data, "host")
+    out = {"tie": prose.pct(tie(data["config"]))}
+    found = graph_breaks(data)
+    if len(set(found["counts"].values())) == 1 and not found["not_counted"]:
+        out["graph_breaks"] = str(next(iter(found["counts"].values())))
+    if gpu:
+        out["gpu_ratio"] = prose.times_span([r["ratio"] for r in gpu], 3)
+    if host:
+        out["host_ratio"] = prose.times_span([r["ratio"] for r in host], 2)
+    return out

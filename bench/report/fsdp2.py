@@ -1,11 +1,12 @@
-"""fsdp2.json -> the methods page's FSDP2 table and plot, and 篇2 §六's one sentence on it."""
+"""fsdp2.json -> the methods page's FSDP2 table and plot, the fused add page's sentence on it, and the figures of the
+methods page's hand-written reading (``values``: {{ fsdp2.NAME }}; its words: tests/test_readings_fusion.py)."""
 from __future__ import annotations
 
 import copy
 
 from bench.report import prose, tables
 from bench.report.loss_curve import loss_plot
-from bench.report.names import CONTROL_DIFF, TIE_RULES, TRAINING_LABELS, precision_zh
+from bench.report.names import CONTROL_DIFF, TRAINING_LABELS, precision_zh
 
 NAME = "fsdp2"
 # Files written before the word "contender" and the fused kernel's own id list the contenders as "arms" and
@@ -107,44 +108,35 @@ def takeaway(data: dict) -> str:
     return text + "。"
 
 
-def article_sentence(data: dict) -> str:
-    """篇2 §六's one sentence on FSDP2, linked to the methods page."""
-    f = article_facts(data)
-    where = f"{f['gpus']} 张 {f['gpu']} " if f["gpu"] else f"{f['gpus']} 个 CPU 进程"
-    if f["passed"] and f["all_gated"]:
-        verdict = prose.glue(prose.join(f["gated"]), f"在 {len(f['variants'])} 种精度设置下都通过了同一道 loss 门限")
-        text = f"补丁在多卡训练里同样成立：{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步，{verdict}"
-    else:
-        text = f"{where}上用 FSDP2（`fully_shard`）训练 {f['steps']} 步：" + takeaway(data).rstrip("。")
-    return text + "。" + step_sentence(data) + "（[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n"
-
-
-def step_sentence(data: dict) -> str:
-    """How the patches change the step time of this small model, and why that says little: a step is
-    tens of ms for a fraction of a TFLOP of matrix work per GPU (6 x parameters x the GPU's tokens)."""
+def matrix_tflop_per_gpu(data: dict, variants) -> float:
+    """Each GPU's matrix work per step, TFLOP: 6 x the whole model's parameters x that GPU's tokens (the model
+    as HF's contender in ``variants`` counted it, the most of them)."""
     data = current(data)
     cfg, results = config(data), data["results"]
-    m = cfg["geometry"]
-    hf = {v: max(results[v]["hf"]["median_step_ms"]) for v in cfg["variants"] if results[v]["hf"]["status"] == "ok"}
-    if not hf:
-        return ""
     tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
-    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in hf) * cfg["world_size"]  # the whole model
-    tflop_per_gpu = 6 * params * tokens_per_gpu / 1e12
-    parts = []
-    for v, hf_ms in hf.items():
-        arms = [(TRAINING_LABELS[a], max(results[v][a]["median_step_ms"])) for a in cfg["gated"]
-                if results[v][a]["status"] == "ok"]
-        within = TIE_RULES["within_2pct"].within
-        slower = [ms for _, ms in arms if ms > hf_ms * (1 + within)]
-        faster = [ms for _, ms in arms if ms < hf_ms * (1 - within)]
-        verdict = ("都比 HF 慢" if len(slower) == len(arms) else "与 HF 互有快慢" if slower
-                   else "不比 HF 慢" if faster else f"与 HF 持平（相差不到 {prose.pct(within)}）")
-        parts.append(f"{prose.glue(precision_zh(v), '下')}补丁{verdict}（"
-                     + "、".join(f"{tables.fmt(ms, 3)}" for _, ms in arms) + f" ms 对 {tables.fmt(hf_ms, 3)} ms）")
-    return (f"这个模型只有 {m['num_hidden_layers']} 层、hidden {m['hidden_size']}，每卡每步的矩阵运算约 "
-            f"{tflop_per_gpu:.2g} TFLOP，一步却要几十毫秒，时间几乎都不在矩阵运算上："
-            + "；".join(parts) + "，所以这里的 step 时间说明不了 kernel 的快慢")
+    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in variants) * cfg["world_size"]
+    return 6 * params * tokens_per_gpu / 1e12
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ fsdp2.NAME }}: the figures of the methods page's hand-written reading: GPUs, steps, precision settings,
+    the model's size, each GPU's matrix work per step, and each contender's step time per precision setting
+    (``<variant>_<contender>_ms``, the larger of the GPUs' medians)."""
+    data = current(data)
+    cfg, results, f = config(data), data["results"], article_facts(data)
+    m = cfg["geometry"]
+    out = {"gpus": str(f["gpus"]), "steps": str(f["steps"]), "settings": str(len(f["variants"])),
+           "layers": str(m["num_hidden_layers"]), "hidden": str(m["hidden_size"])}
+    if f["gpu"]:
+        out["gpu"] = f["gpu"]
+    ran = [v for v in cfg["variants"] if results[v]["hf"]["status"] == "ok"]
+    if ran:
+        out["tflop"] = f"{matrix_tflop_per_gpu(data, ran):.2g} TFLOP"
+    for v in cfg["variants"]:
+        for a in cfg["contenders"]:
+            if results[v][a]["status"] == "ok":
+                out[f"{v}_{a}_ms"] = f"{tables.fmt(max(results[v][a]['median_step_ms']), 3)} ms"
+    return out
 
 
 def fused_add_sentence(data: dict) -> str:
@@ -162,9 +154,7 @@ def fused_add_sentence(data: dict) -> str:
         return ""
     m, gpu = cfg["geometry"], (data["environment"].get("gpu") or "").replace("NVIDIA ", "")
     step = {v: {a: max(results[v][a]["median_step_ms"]) for a in ("hf", fused)} for v in both}
-    tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
-    params = max(results[v]["hf"]["parameters_per_rank"][0] for v in both) * cfg["world_size"]
-    tflop = 6 * params * tokens_per_gpu / 1e12
+    tflop = matrix_tflop_per_gpu(data, both)
     rate = tflop / (min(ms for v in both for ms in step[v].values()) / 1e3)  # at the fastest step: the most
     where = f"{cfg['world_size']} 张 {gpu} 上" if gpu else f"{cfg['world_size']} 个 CPU 进程上"
     times = "，".join(f"{prose.glue(precision_zh(v), '下')}融合版一步 {tables.fmt(step[v][fused], 3)} ms、"
@@ -214,7 +204,6 @@ def render(data: dict) -> dict[str, str]:
     if "large" in data["results"]:
         out["fsdp2_large.md"] = large_table(data)
     return out | {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
-            "fsdp2_sentence.md": article_sentence(data),
             "fsdp2_fused_add.md": fused_add_sentence(data),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
 

@@ -1,5 +1,6 @@
 """fused_add_sweep.json -> the fused residual add + RMSNorm at every hidden size: the methods page's per-width
-table, the article's sentence, the sentence naming each width that misses a target and why, and the ratio plot.
+table, the sentence naming each width that misses a target and why, the ratio plot, and the figures of the
+article's hand-written reading (``values``: {{ fused_add_sweep.NAME }}).
 
 Everything comes from the record: the contenders and their roles, the tie rule, the targets (share of the
 copy ceiling from a width on; no slower than the baseline; level with the fastest peer), and, per width,
@@ -168,35 +169,6 @@ def _table(data) -> str:
     return prose.page(table, caption(data), takeaway(data))
 
 
-def article_sentence(data) -> str:
-    """The article's summary: the counts of widths level or ahead of the fastest peer and no slower than
-    unfused, and the lowest of each ratio with its width (whether above 1 or not)."""
-    cfg = data["config"]
-    f = facts(data)
-    widths = f["widths"]
-    n = len(widths)
-
-    def compared(count):  # only when some widths lack one side
-        return "" if count == n else f"（{count} 个宽度可比）"
-
-    text = (f"在 {min(widths)} 到 {max(widths)} 的 {n} 个宽度上，融合版的 {PHASES[PHASE]} 在 "
-            f"{f['level_or_ahead']} 个宽度上与最快的对比方案持平或更快{compared(f['peer_compared'])}、在 "
-            f"{f['no_slower_than_baseline']} 个宽度上不慢于不融合{compared(f['baseline_compared'])}"
-            f"（{_tie_words(cfg)}）")
-    lows = []
-    if f["lowest_peer"]:
-        low = f["lowest_peer"]
-        lows.append(f"对比方案 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}（{OP_LABELS[low['peer']]}）")
-    if f["lowest_baseline"]:
-        low = f["lowest_baseline"]
-        lows.append(f"不融合 ÷ 融合版最低在 H={low['width']}，{prose.times(low['ratio'])}")
-    if lows:
-        text += "；" + "，".join(lows)
-    if f["no_result"]:
-        text += f"；融合版在 {_widths(f['no_result'])} 上没有结果"
-    return text + "。\n"
-
-
 def chunked_sentence(data) -> str:
     """The article's words on the chunked path, counted from the launch configs the run recorded: from the
     first width where the fused kernels' tables choose it, how many of the widths measured from there on
@@ -307,6 +279,22 @@ def _plot(data) -> str:
 
 
 def render(data: dict) -> dict[str, str]:
-    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_article.md": article_sentence(data),
-            "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_chunked.md": chunked_sentence(data),
+    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_chunked.md": chunked_sentence(data),
             "fused_add_sweep.svg": _plot(data)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ fused_add_sweep.NAME }}: the widths swept, how many are level with or ahead of the fastest peer (and how
+    many behind), the lowest of each ratio with its width and the tie rule, forward + backward."""
+    cfg, f = data["config"], facts(data)
+    out = {"widths": str(len(f["widths"])), "min_width": str(min(f["widths"])), "max_width": str(max(f["widths"])),
+           "tie": prose.pct(tie(cfg)), "level_or_ahead": str(f["level_or_ahead"]),
+           "behind": str(f["peer_compared"] - f["level_or_ahead"])}
+    if f["lowest_peer"]:
+        low = f["lowest_peer"]
+        out |= {"lowest_peer_width": _label(low["width"]), "lowest_peer_ratio": prose.times(low["ratio"]),
+                "lowest_peer": OP_LABELS[low["peer"]]}
+    if f["lowest_baseline"]:
+        low = f["lowest_baseline"]
+        out |= {"lowest_baseline_width": _label(low["width"]), "lowest_baseline_ratio": prose.times(low["ratio"])}
+    return out

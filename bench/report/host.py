@@ -4,10 +4,9 @@
   each cell "host / wall" µs per eager forward + backward call.
 * ``host_breakdown.md`` (same): ours' host time per part (forward alone, backward called directly, argument
   preparation, one launch through Triton's launcher, autograd's x * 2 forward + backward) at each shape.
-* ``host_sentence.md`` (a summary: ``render_summary(load)``, it reads step.json too): at which shapes ours'
-  host-inclusive call is slower than F.rms_norm's, what the breakdown says the time goes to, and what that
-  host time amounts to in the 8-layer training step, where the step time shows whether it was hidden.
-* ``values(data)``: the shapes where that call is slower and by how much, for 篇 2 §6.2's hand-written sentence.
+* ``summary_values(load)`` ({{ host.NAME }}, it reads step.json too): the figures of the methods page's reading:
+  at which shapes ours' host-inclusive call is slower than F.rms_norm's, what the breakdown says the time goes
+  to, and what that host time amounts to in the 8-layer training step (its words: tests/test_readings_fusion.py).
 
 Two host times count as different only when they differ by more than the spread of the timing loops of both
 (``host_range_us``: min to max over the repeats, as a fraction of the median).
@@ -15,7 +14,6 @@ Two host times count as different only when they differ by more than the spread 
 from __future__ import annotations
 
 from bench.report import prose, tables
-from bench.report.fullsize import spaced
 
 NAME = "host"
 STEP = "step"
@@ -113,10 +111,15 @@ def render(data: dict) -> dict[str, str]:
     return {"host_table.md": host_table(data), "host_breakdown.md": breakdown_table(data)}
 
 
-# ---------------------------------------------------------------- the sentence (reads step.json too)
+# ---------------------------------------------------------------- the methods page's reading (reads step.json too)
 
 def _span(values, form=us) -> str:
-    return prose.span(values, form)
+    return prose.span(values, form) + " µs"
+
+
+def shape_key(entry: dict) -> str:
+    """'h1024', 'k_norm': a shape's label as a value name."""
+    return entry["label"].lower().replace("=", "")
 
 
 def step_counts(step_cfg: dict) -> dict[tuple[int, int], int]:
@@ -131,13 +134,13 @@ def step_counts(step_cfg: dict) -> dict[tuple[int, int], int]:
     return counts
 
 
-def step_clause(data: dict, step: dict) -> str | None:
-    """What ours' extra host time comes to in the 8-layer step, and whether the step shows it; None when the
-    host run does not cover the step's shapes or a contender is missing."""
+def step_cost(data: dict, step: dict) -> dict | None:
+    """What ours' extra host time over F.rms_norm's comes to in the 8-layer step (calls per step × the host
+    times of the table), next to the step times of both and whether their 95 % intervals are disjoint; None when
+    the host run does not cover the step's shapes or a contender is missing."""
     ours_id = data["config"]["ours"]
-    step_ours_id = step["config"]["ours"]
     results = step["results"]
-    mine, peer = results.get(step_ours_id, {}), results.get(STEP_PEER, {})
+    mine, peer = results.get(step["config"]["ours"], {}), results.get(STEP_PEER, {})
     if mine.get("status") != "ok" or peer.get("status") != "ok":
         return None
     by_shape = {(e["rows"], e["width"]): e for e in data["results"]["shapes"]}
@@ -149,91 +152,44 @@ def step_clause(data: dict, step: dict) -> str | None:
         return None
     extra_ms = sum(n * (by_shape[k]["fwd_bwd"][ours_id]["host_us"] - by_shape[k]["fwd_bwd"][PEER]["host_us"])
                    for k, n in counts.items()) / 1e3
-    if extra_ms <= 0:
-        return None
-    cfg = step["config"]
     a, b = mine["ci95_ms"], peer["ci95_ms"]
-    disjoint = a[1] < b[0] or b[1] < a[0]
-    ratio = peer["median_ms"] / mine["median_ms"]
-    head = (f"{cfg['geometry']['num_hidden_layers']} 层训练 step（B={cfg['batch']}、T={cfg['seq_len']}）每步 {calls} 次 "
-            f"RMSNorm 调用，按上表{label(ours_id)}比 F.rms_norm 每步多花约 {tables.fmt(extra_ms)} ms 主机时间"
-            f"（一步 {tables.fmt(mine['median_ms'], 4)} ms 的 {prose.pct(extra_ms / mine['median_ms'], 1)}）")
-    if disjoint and ratio > 1:
-        return (head + f"，step 却比 F.rms_norm 快 {prose.pct(ratio - 1, 1)}（95% 区间不重叠）：在这种 GPU 受限的 step 里，"
-                "这笔主机开销被 GPU 工作盖住了")
-    if not disjoint:
-        return head + "，两者的 step 持平（95% 区间重叠）：这笔主机开销没有在 step 上显出来"
-    return head + f"，step 也比 F.rms_norm 慢 {prose.pct(1 / ratio - 1, 1)}（95% 区间不重叠）"
+    return {"calls": calls, "extra_ms": extra_ms, "step_ms": mine["median_ms"], "peer_ms": peer["median_ms"],
+            "disjoint": a[1] < b[0] or b[1] < a[0]}
 
 
-def sentence(data: dict, step: dict) -> str:
-    ours = data["config"]["ours"]
-    shapes = [e for e in data["results"]["shapes"] if {ours, PEER} <= set(e["fwd_bwd"])]
-    if not shapes:
-        return f"{label(ours)}或 F.rms_norm 这次没有跑成，见表。\n"
-    slower, faster = [], []
-    for e in shapes:
-        mine, peer = e["fwd_bwd"][ours], e["fwd_bwd"][PEER]
-        if differ(mine, peer):
-            (slower if mine["wall_us"] > peer["wall_us"] else faster).append(e)
-
-    def pair(e):
-        return f"{us(e['fwd_bwd'][ours]['wall_us'])} 对 {us(e['fwd_bwd'][PEER]['wall_us'])} µs"
-
-    if slower:
-        ratios = [e["fwd_bwd"][ours]["wall_us"] / e["fwd_bwd"][PEER]["wall_us"] for e in slower]
-        text = (f"含主机开销，{label(ours)}一次 forward + backward 在 {prose.join(e['label'] for e in slower)} 上比 "
-                f"F.rms_norm 慢，墙钟时间是它的 {'、'.join(prose.times(r) for r in ratios)}"
-                f"（{'、'.join(pair(e) for e in slower)}）")
-        if faster:
-            text += f"，只在 {prose.join(e['label'] for e in faster)} 上更快（{'、'.join(pair(e) for e in faster)}）"
-        bound = all(e["fwd_bwd"][ours]["wall_us"] / e["fwd_bwd"][ours]["host_us"] - 1 < HOST_BOUND for e in slower)
-        if bound:
-            text += f"；慢的这几处{label(ours)}的墙钟与主机时间相差不到 {prose.pct(HOST_BOUND)}：调用是主机受限的"
-        text += "。"
-    else:
-        text = (f"含主机开销，{label(ours)}一次 forward + backward 在所有形状上都不比 F.rms_norm 慢"
-                f"（墙钟 {'、'.join(pair(e) for e in shapes)}）。")
-
-    parts = [e for e in shapes if set(PARTS) - PLANNED_PARTS <= set(e.get("ours", {}))]
-    if parts:
-        def host(e, part):
-            return e["ours"][part]["host_us"]
-
-        n = len(step["results"].get(step["config"]["ours"], {}).get("profile", {}).get("named_rmsnorm_kernels") or [])
-        launch = [host(e, "one_launch") for e in parts]
-        direct = [host(e, "forward") + host(e, "backward_direct") for e in parts]
-        whole = [e["fwd_bwd"][ours]["host_us"] for e in parts]
-        rest = [w - d for w, d in zip(whole, direct)]
-        planned = [e for e in parts if PLANNED_PARTS <= set(e["ours"])]
-        if planned:
-            text += (f"拆开看{label(ours)}的主机时间：Triton 的 kernel[grid] 发射一次 kernel 要 {_span(launch)} µs，"
-                     f"启动计划（第一次调用后记下编译好的 kernel 和不变的参数）只要 "
-                     f"{_span([host(e, 'planned_launch') for e in planned])} µs；forward 单独调用因此从 "
-                     f"{_span([host(e, 'forward_usual') for e in planned])} µs 降到 "
-                     f"{_span([host(e, 'forward') for e in planned])} µs（省下的还有参数准备："
-                     f"{_span([host(e, 'forward_arguments') for e in parts])} µs）；")
-        else:
-            text += f"拆开看{label(ours)}的主机时间：Triton 的 Python launcher 发射一次 kernel 要 {_span(launch)} µs"
-            if n:
-                text += f"，一次 forward + backward 发射 {n} 个 kernel，计 {_span([n * v for v in launch])} µs"
-            text += f"；forward 的参数准备 {_span([host(e, 'forward_arguments') for e in parts])} µs；"
-        text += (f"不经 autograd 直接调用 forward 和 backward 合计 {_span(direct)} µs，"
-                 f"只占经 autograd 调用的 {prose.pct_span([d / w for d, w in zip(direct, whole)])}，"
-                 f"其余 {_span(rest)} µs 是经由 autograd 多出来的："
-                 f"单是 autograd 一次 x*2 的 forward + backward（任何算子的 backward() 调用都要付）就要 "
-                 f"{_span([host(e, 'autograd_mul') for e in parts])} µs。")
-    clause = step_clause(data, step)
-    if clause:
-        text += clause + "；"
-        text += "GPU 工作少、主机跟不上的设置（小模型、短序列）则要直接付这笔开销。" if slower else ""
-        text = text.rstrip("；") + ("" if text.endswith("。") else "。")
-    return text + "\n"
-
-
-def render_summary(load) -> dict[str, str]:
+def summary_values(load) -> dict[str, dict[str, str]]:
+    """{{ host.NAME }}: the figures of the methods page's hand-written reading: per shape ours' and F.rms_norm's
+    wall time per forward + backward and their ratio; the host-bound margin; ours' host time by part (spans over
+    the shapes); what the extra host time comes to in the 8-layer step."""
     data, step = load(NAME), load(STEP)
-    return {"host_sentence.md": spaced(sentence(data, step))}
+    ours = data["config"]["ours"]
+    out = {"host_bound": prose.pct(HOST_BOUND)} | slower_values(data)
+    for e in data["results"]["shapes"]:
+        if {ours, PEER} <= set(e["fwd_bwd"]):
+            mine, peer, key = e["fwd_bwd"][ours]["wall_us"], e["fwd_bwd"][PEER]["wall_us"], shape_key(e)
+            out |= {f"{key}_ours": f"{us(mine)} µs", f"{key}_torch": f"{us(peer)} µs",
+                    f"{key}_vs_torch": prose.times(mine / peer)}
+    parts = [e for e in data["results"]["shapes"] if set(PARTS) <= set(e.get("ours", {})) and ours in e["fwd_bwd"]]
+    if parts:
+        def host(part):
+            return [e["ours"][part]["host_us"] for e in parts]
+
+        direct = [f + b for f, b in zip(host("forward"), host("backward_direct"))]
+        whole = [e["fwd_bwd"][ours]["host_us"] for e in parts]
+        out |= {name: _span(host(part)) for name, part in (
+            ("launch", "one_launch"), ("planned_launch", "planned_launch"), ("forward_usual", "forward_usual"),
+            ("forward", "forward"), ("arguments", "forward_arguments"), ("autograd_mul", "autograd_mul"))}
+        out |= {"direct": _span(direct), "direct_share": prose.pct_span([d / w for d, w in zip(direct, whole)]),
+                "rest": _span([w - d for w, d in zip(whole, direct)])}
+    cost = step_cost(data, step)
+    if cost:
+        cfg = step["config"]
+        out |= {"step_layers": str(cfg["geometry"]["num_hidden_layers"]),
+                "step_shape": f"B={cfg['batch']}、T={cfg['seq_len']}", "step_calls": str(cost["calls"]),
+                "step_extra_ms": f"{tables.fmt(cost['extra_ms'])} ms", "step_ms": f"{tables.fmt(cost['step_ms'], 4)} ms",
+                "step_extra_share": prose.pct(cost["extra_ms"] / cost["step_ms"], 1),
+                "step_gain": prose.pct(abs(cost["peer_ms"] / cost["step_ms"] - 1), 1)}
+    return {"host": out}
 
 
 def slower_shapes(data: dict) -> list[dict]:
@@ -241,12 +197,13 @@ def slower_shapes(data: dict) -> list[dict]:
     spread of either's timing loops (:func:`differ`)."""
     ours = data["config"]["ours"]
     return [e for e in data["results"]["shapes"] if {ours, PEER} <= set(e["fwd_bwd"])
-            and differ(e["fwd_bwd"][ours], e["fwd_bwd"][PEER]) and e["fwd_bwd"][ours]["wall_us"] > e["fwd_bwd"][PEER]["wall_us"]]
+            and differ(e["fwd_bwd"][ours], e["fwd_bwd"][PEER])
+            and e["fwd_bwd"][ours]["wall_us"] > e["fwd_bwd"][PEER]["wall_us"]]
 
 
-def values(data: dict) -> dict[str, str]:
-    """{{ host.NAME }}: where ours' host-inclusive call is slower than F.rms_norm's (篇 2 §6.2) and by how much
-    (wall time over F.rms_norm's)."""
+def slower_values(data: dict) -> dict[str, str]:
+    """{{ host.slower_shapes }}, {{ host.slower_ratio }}: where ours' host-inclusive call is slower than
+    F.rms_norm's (篇 2 §6.2) and by how much (wall time over F.rms_norm's)."""
     ours, slower = data["config"]["ours"], slower_shapes(data)
     labels = [e["label"] for e in slower]
     return {"slower_shapes": "、".join(labels[:-1]) + (" 和 " if len(labels) > 1 else "") + (labels[-1] if labels else ""),

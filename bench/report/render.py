@@ -32,8 +32,8 @@ def report_modules():
 
 
 def summary_modules():
-    """The summaries: modules with ``render_summary(load)``."""
-    return [m for m in _modules() if hasattr(m, "render_summary")]
+    """The summaries: modules with ``render_summary(load)`` or ``summary_values(load)`` (they read several files)."""
+    return [m for m in _modules() if hasattr(m, "render_summary") or hasattr(m, "summary_values")]
 
 
 class MissingData(FileNotFoundError):
@@ -87,6 +87,8 @@ def render_all(gpu: str = store.DEFAULT_GPU) -> dict[pathlib.Path, str]:
     if values:  # no data, no values (and no file)
         add({"values.json": json.dumps(values, indent=1, ensure_ascii=False, sort_keys=True) + "\n"}, "values")
     for module in summary_modules():
+        if not hasattr(module, "render_summary"):
+            continue
         try:
             rendered = module.render_summary(load)
         except MissingData:

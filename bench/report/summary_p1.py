@@ -3,14 +3,13 @@
 * p1_env.md: the article's one "实验环境" box;
 * p1_provenance.md: which commit and command produced each data file (methods page);
 * p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
-* p1_swiglu_point.md: §五's SwiGLU bullet head, the time fusing it saves per layer;
 * p1_gemm_spread.md: §五's sentence under the ceilings table: the roofline's matmul rate is one run of one
   shape; other runs measured more (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed), and
   whether any fusion point changes side at the highest rate's ridge point;
 * p1_conclusion.md: §八's table of the fusion points ranked by the time they save per layer, ties where the
   p20–p80 intervals of the savings overlap (the sentence above it is the page's own);
 
-and ``summary_values(load)``: the figures 篇 1's hand-written 要点 and §八 write ({{ p1.NAME }}).
+and ``summary_values(load)``: the figures 篇 1's hand-written 要点, §五's bullets and §八 write ({{ p1.NAME }}).
 
 ``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
 """
@@ -113,17 +112,6 @@ def _per_layer(name: str, profile: dict) -> str:
     return _point_zh(name) + (f"（{many}）" if many else "")
 
 
-def swiglu_point(profile: dict, roofline: dict) -> str:
-    """§五's SwiGLU bullet head: the absolute saving per layer next to its speed-up and RMSNorm's saving."""
-    rows = {r["name"]: r for r in savings(roofline)}
-    swiglu, rms = rows["SwiGLU"], rows.get("RMSNorm")
-    text = (f"- **SwiGLU：每层 forward 只省 {tables.fmt(swiglu['saved_us'])} µs。** torch.compile 融合后快 "
-            f"{tables.fmt(swiglu['eager_us'] / swiglu['fused_us'])}×，可 eager 一共才 {tables.fmt(swiglu['eager_us'])} µs")
-    if rms:
-        text += f"，而 RMSNorm 每层省 {tables.fmt(rms['saved_us'])} µs"
-    return text + "。"  # no newline: the page continues the bullet on the next line
-
-
 def conclusion(profile: dict, roofline: dict) -> str:
     """§八: the fusion points ranked by the time they save per layer, with a takeaway sentence and a caption."""
     c = roofline["config"]
@@ -198,7 +186,6 @@ def render_summary(load) -> dict[str, str]:
         "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)],
                                     note=cpu_note(profile, roofline, compiled)),
         "p1_profile_overhead.md": profile_overhead(profile),
-        "p1_swiglu_point.md": swiglu_point(profile, roofline),
         "p1_conclusion.md": conclusion(profile, roofline),
         "p1_provenance.md": provenance(profile, roofline, compiled),
     }
@@ -233,4 +220,5 @@ def summary_values(load) -> dict[str, dict[str, str]]:
         key = "qkv" if row["name"].upper().startswith("QKV") else row["name"].lower()
         out[f"{key}_saved"] = f"{tables.fmt(row['saved_us'])} µs"
         out[f"{key}_speedup"] = f"{tables.fmt(row['eager_us'] / row['fused_us'])}×"
+        out[f"{key}_eager"] = f"{tables.fmt(row['eager_us'])} µs"
     return {"p1": out}

@@ -1,6 +1,6 @@
-"""bench/report/compile.py: the methods table and the article's sentence say what the data says: graph breaks,
-whether compiled is within the run's tie rule of eager in GPU time, the host-inclusive ratios, and a case where
-the compile failed is named with its error."""
+"""bench/report/compile.py: the methods table and the values of the article's reading say what the data says:
+graph breaks, whether compiled is within the run's tie rule of eager in GPU time, the host-inclusive ratios, and a
+case where the compile failed is named with its error. (The article's words: tests/test_readings_fusion.py.)"""
 from __future__ import annotations
 
 import copy
@@ -15,18 +15,17 @@ from bench_fixtures import check_artifacts
 
 def test_renders_from_the_quick_run(quick_compile):
     rendered = report.render(quick_compile)
-    assert set(rendered) == {"compile.md", "compile_sentence.md"}
+    assert set(rendered) == {"compile.md"}
     check_artifacts(rendered)
     assert rendered == report.render(json.loads(json.dumps(quick_compile)))  # deterministic
-    sentence = rendered["compile_sentence.md"]
-    assert 1 <= sentence.count("。") <= 2 and sentence.endswith("。\n")
     first = takeaway(rendered["compile.md"])
     assert first.startswith("torch.compile(fullgraph=True) 对 eager：")
     rows = [line for line in rendered["compile.md"].splitlines() if line.startswith("| RMSNorm") or
             line.startswith("| 残差加")]
     assert len(rows) == 2 * len(quick_compile["results"]["cases"])
     if not any("compiled" in c for c in quick_compile["results"]["cases"]):  # the CPU: the failure is named
-        assert "上没有结果" in sentence and "Unsupported: Unsupported method call" in sentence
+        assert "上没有结果" in first and "Unsupported: Unsupported method call" in first
+        assert "gpu_ratio" not in report.values(quick_compile)
 
 
 def as_if_compiled(data, gpu, host):
@@ -50,14 +49,11 @@ def as_if_compiled(data, gpu, host):
 def test_within_the_tie_and_the_host_ratio(quick_compile):
     data = as_if_compiled(quick_compile, gpu={"fwd": 0.995, "fwd_bwd": 1.012}, host={"fwd": 1.31, "fwd_bwd": 0.82})
     rendered = report.render(data)
-    sentence = rendered["compile_sentence.md"]
-    assert sentence.startswith("编译不改变这两个模块的 GPU 时间：用 torch.compile(fullgraph=True) 编译它们（RMSNorm "
-                               "4×256、RMSNorm q_norm 16×128、残差加 + RMSNorm 4×256），图中断 0 次，")
-    assert "GPU 时间 compiled ÷ eager 为 0.995–1.012，全部 6 组都在 eager 的 2% 以内或更快。" in sentence
-    assert ("单独计时一个模块、把主机开销算进去，看不出编译的快慢：compiled ÷ eager 的比值有的高于 1、有的低于 1"
-            "（forward 1.31，forward + backward 0.82），含主机开销的用时是同组 GPU 时间的 ") in sentence
-    assert "没有结果" not in sentence
+    assert report.values(data) == {"tie": "2%", "graph_breaks": "0", "gpu_ratio": "0.995–1.012",
+                                   "host_ratio": "0.82–1.31"}
     table = rendered["compile.md"]
+    assert "GPU 时间 compiled ÷ eager 为 0.995–1.012，全部 6 组都在 eager 的 2% 以内或更快" in takeaway(table)
+    assert "比值为 forward 1.31，forward + backward 0.82" in takeaway(table) and "没有结果" not in table
     assert "| RMSNorm 4×256 | forward + backward | " in table and "| 1.012 | 0.82 | 0 |" in table
     assert "eps 的类型：fp64" in table
     check_artifacts(rendered)
@@ -65,12 +61,10 @@ def test_within_the_tie_and_the_host_ratio(quick_compile):
 
 def test_a_case_over_the_tie_is_named_and_the_tie_comes_from_the_run(quick_compile):
     data = as_if_compiled(quick_compile, gpu=1.015, host=1.2)
-    assert "全部 6 组都在 eager 的 2% 以内或更快" in report.render(data)["compile_sentence.md"]
+    assert "全部 6 组都在 eager 的 2% 以内或更快" in report.takeaway(data)
     data["config"]["tie_rule"] = "within_1pct"
-    sentence = report.render(data)["compile_sentence.md"]
-    assert sentence.startswith("编译让这两个模块有 6 组的 GPU 时间变慢：")
-    assert "6 组慢于 eager 超过 1%：RMSNorm 4×256 forward 1.015、" in sentence
-    assert "的比值为 forward 1.20，forward + backward 1.20，含主机开销的用时" in sentence  # all above 1: no swing
+    assert "6 组慢于 eager 超过 1%：RMSNorm 4×256 forward 1.015、" in report.takeaway(data)
+    assert report.values(data)["tie"] == "1%" and report.values(data)["host_ratio"] == "1.20"
 
 
 def test_a_failed_compile_in_one_case_is_named(quick_compile):
@@ -80,10 +74,11 @@ def test_a_failed_compile_in_one_case_is_named(quick_compile):
     fused["ratios"] = {}
     fused["errors"]["compiled"] = "BackendCompilerFailed('backend=inductor raised:\\nRuntimeError: boom')"
     fused["errors"]["graph_breaks"] = "RuntimeError('explain failed')"
-    sentence = report.render(data)["compile_sentence.md"]
-    assert "compiled 在 残差加 + RMSNorm 4×256（BackendCompilerFailed: backend=inductor raised:）上没有结果" in sentence
-    assert "图中断 0 次（残差加 + RMSNorm 4×256 未统计）" in sentence
-    assert "全部 4 组都在 eager 的 2% 以内或更快" in sentence
+    text = report.takeaway(data)
+    assert "compiled 在 残差加 + RMSNorm 4×256（BackendCompilerFailed: backend=inductor raised:）上没有结果" in text
+    assert "图中断 0 次（残差加 + RMSNorm 4×256 未统计）" in text
+    assert "全部 4 组都在 eager 的 2% 以内或更快" in text
+    assert "graph_breaks" not in report.values(data)  # not every case counted: the page has no single number
 
 
 @pytest.mark.parametrize("breaks, words", [(0, "图中断 0 次"), (2, "图中断 2 次")])
@@ -91,7 +86,7 @@ def test_the_graph_breaks_are_read_from_the_record(quick_compile, breaks, words)
     data = as_if_compiled(quick_compile, gpu=1.0, host=1.0)
     for case in data["results"]["cases"]:
         case["graph_breaks"] = breaks
-    assert words in report.render(data)["compile_sentence.md"]
+    assert words in report.takeaway(data) and report.values(data)["graph_breaks"] == str(breaks)
 
 
 def test_the_host_inclusive_time_is_set_against_the_gpu_time_of_the_committed_run():
@@ -102,13 +97,4 @@ def test_the_host_inclusive_time_is_set_against_the_gpu_time_of_the_committed_ru
     over = [case[mode][phase]["host"]["median_us"] / case[mode][phase]["gpu"]["median_us"]
             for case in data["results"]["cases"] for mode in ("eager", "compiled") for phase in ("fwd", "fwd_bwd")]
     words = f"含主机开销的用时是同组 GPU 时间的 {min(over):.2f}–{max(over):.2f} 倍"
-    assert words in report.sentence(data) and words in report.takeaway(data)
-
-
-def test_the_sentence_leads_with_what_compiling_does(quick_compile):
-    """The conclusion comes first and follows the tie rule: level, slower or faster in some groups, or both."""
-    cases = {"level": (1.0, "编译不改变这两个模块的 GPU 时间："),
-             "faster": (0.95, "编译让这两个模块有 6 组的 GPU 时间变快："),
-             "both": ({"fwd": 0.95, "fwd_bwd": 1.05}, "编译让这两个模块的 GPU 时间有快有慢：")}
-    for gpu, lead in cases.values():
-        assert report.sentence(as_if_compiled(quick_compile, gpu=gpu, host=1.0)).startswith(lead)
+    assert words in report.takeaway(data)

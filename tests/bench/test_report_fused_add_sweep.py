@@ -1,4 +1,4 @@
-"""bench/report/fused_add_sweep.py: the per-width table, the article's sentence, the misses and the plot say what
+"""bench/report/fused_add_sweep.py: the per-width table, the article's values, the misses and the plot say what
 the data says; the counts, the true lowest ratios, the misses and their reasons follow the numbers, the configs
 and the run's tie rule and targets; a width where ours raised is named; the plot's text is readable on the site."""
 from __future__ import annotations
@@ -21,16 +21,16 @@ SITE_PLOT_PX = 688  # the width the site shows a plot at (the content column)
 
 def test_renders_from_the_quick_run(quick_fused_add_sweep):
     rendered = report.render(quick_fused_add_sweep)
-    assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_article.md", "fused_add_sweep_misses.md",
-                             "fused_add_chunked.md", "fused_add_sweep.svg"}
+    assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_misses.md", "fused_add_chunked.md",
+                             "fused_add_sweep.svg"}
     check_artifacts(rendered)
     assert rendered == report.render(json.loads(json.dumps(quick_fused_add_sweep)))  # deterministic
     assert takeaway(rendered["fused_add_sweep.md"]).startswith("forward + backward（dy 与 ds 都回传）：融合版在 ")
     widths = len(quick_fused_add_sweep["results"]["shapes"])
     assert rendered["fused_add_sweep.md"].count("\n| H=") == widths  # one row per width
-    for name in ("fused_add_sweep_article.md", "fused_add_sweep_misses.md", "fused_add_chunked.md"):
+    for name in ("fused_add_sweep_misses.md", "fused_add_chunked.md"):
         assert rendered[name].count("。") == rendered[name].count("。\n") >= 1 and rendered[name].endswith("。\n")
-    assert f"的 {widths} 个宽度上" in rendered["fused_add_sweep_article.md"]
+    assert report.values(quick_fused_add_sweep)["widths"] == str(widths)
 
 
 def test_the_plot_is_readable_at_the_sites_width(quick_fused_add_sweep):
@@ -100,10 +100,10 @@ def test_the_facts_follow_the_data(five_widths):
 
 def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths):
     rendered = report.render(five_widths)
-    article = rendered["fused_add_sweep_article.md"]
-    assert article.startswith("在 512 到 24576 的 5 个宽度上，融合版的 forward + backward 在 3 个宽度上与最快的对比方案"
-                              "持平或更快、在 4 个宽度上不慢于不融合（相差 2% 以内算持平）")
-    assert "对比方案 ÷ 融合版最低在 H=16383，0.80×（quack），不融合 ÷ 融合版最低在 H=16383，0.97×。" in article
+    assert report.values(five_widths) == {
+        "widths": "5", "min_width": "512", "max_width": "24576", "tie": "2%", "level_or_ahead": "3", "behind": "2",
+        "lowest_peer_width": "H=16383", "lowest_peer_ratio": "0.80×", "lowest_peer": "quack",
+        "lowest_baseline_width": "H=16383", "lowest_baseline_ratio": "0.97×"}
     misses = rendered["fused_add_sweep_misses.md"]
     assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs；最快的对比方案也不到 85%），H=16383（forward、"
             "backward 走分块路径；行没有 16 字节加载；最快的对比方案也不到 85%），H=24576（forward、backward 走分块路径；"
@@ -139,8 +139,8 @@ def test_the_lowest_ratio_is_named_even_when_ours_leads_everywhere(five_widths):
         for name in ("quack", "liger"):
             if name in s["fwd_bwd"]:
                 s["fwd_bwd"][name]["median_us"] = ours * (1.3 if s["width"] != 4096 else 1.04)
-    article = report.render(data)["fused_add_sweep_article.md"]
-    assert "对比方案 ÷ 融合版最低在 H=4096，1.04×" in article and "在 5 个宽度上与最快的对比方案持平或更快" in article
+    values = report.values(data)
+    assert (values["lowest_peer_width"], values["lowest_peer_ratio"], values["level_or_ahead"]) == ("H=4096", "1.04×", "5")
 
 
 def test_the_tie_rule_and_the_targets_come_from_the_run(five_widths):
@@ -153,7 +153,7 @@ def test_the_tie_rule_and_the_targets_come_from_the_run(five_widths):
     assert f["reasons"][512] == []  # 60 µs is no short call under a 50 µs rule
     rendered = report.render(data)
     assert "落后于最快的对比方案" not in rendered["fused_add_sweep_misses.md"]
-    assert "（相差 1% 以内算持平）" in rendered["fused_add_sweep_article.md"]
+    assert report.values(data)["tie"] == "1%"
     assert "占拷贝上限不到 75%（宽度 ≥ 2048）的有 H=16383" in rendered["fused_add_sweep_misses.md"]
 
 
@@ -165,7 +165,6 @@ def test_a_width_without_ours_is_named(five_widths):
     wide["errors"]["triton_fused_add"] = "RuntimeError('out of memory')"
     rendered = report.render(data)
     assert report.facts(data)["no_result"] == [24576]
-    assert "融合版在 H=24576 上没有结果" in rendered["fused_add_sweep_article.md"]
     assert "融合版在 H=24576 上没有结果" in rendered["fused_add_sweep_misses.md"]
     assert "| H=24576 | — | — | — | quack | — |" in rendered["fused_add_sweep.md"]
     check_artifacts(rendered)

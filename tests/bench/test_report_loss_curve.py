@@ -14,7 +14,7 @@ from bench_fixtures import check_artifacts, fixture
 def test_renders_from_the_fixture_and_the_quick_run(quick_loss_curve):
     for data in (fixture("loss_curve"), quick_loss_curve):
         rendered = loss_curve.render(data)
-        assert set(rendered) == {"loss_curve.md", "loss_curve_detail.md", "loss_curve_margin.md", "loss_curve.svg"}
+        assert set(rendered) == {"loss_curve.md", "loss_curve_detail.md", "loss_curve.svg"}
         check_artifacts(rendered)
         assert takeaway(rendered["loss_curve.md"]).startswith(f"{data['config']['steps']} 步训练，")
         assert "本站 RMSNorm − HF" in plots.svg_texts(rendered["loss_curve.svg"])
@@ -50,6 +50,6 @@ def test_the_step_gates_margin_is_read_from_the_data():
     res, variants = data["results"], data["config"]["variants"]
     ours = max(res[v]["gate"]["max_rel_diff"] for v in variants)
     control = max(res[v]["control_gate"]["max_rel_diff"] for v in variants)
-    text = loss_curve.margin_sentence(data)
-    assert f"{100 * control:.2f}%" in text and f"{100 * ours:.2f}%" in text
-    assert f"{data['config']['gate']['step_rtol'] / ours:.2f} 倍" in text
+    values = loss_curve.values(data)
+    assert values["control_step_max"] == f"{100 * control:.2f}%" and values["step_max"] == f"{100 * ours:.2f}%"
+    assert values["step_margin"] == f"{data['config']['gate']['step_rtol'] / ours:.2f}"

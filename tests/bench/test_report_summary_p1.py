@@ -69,8 +69,10 @@ def test_the_conclusion_ranks_the_committed_savings(committed):
     assert qkv["eager"]["p20_us"] - qkv["fused"]["p80_us"] < 0 and "| — | QKV 合并 |" in text
     assert text.index("RMSNorm") < text.index("RoPE") < text.index("SwiGLU")
     assert "注意力 softmax 不在表里" in text
-    swiglu = summary_p1.render_summary(loader())["p1_swiglu_point.md"]
-    assert swiglu.startswith("- **SwiGLU：每层 forward 只省 ") and f"{fmt(saved['SwiGLU'])} µs" in swiglu
+    values = summary_p1.summary_values(loader())["p1"]
+    swiglu = points["SwiGLU"]
+    assert values["swiglu_saved"] == f"{fmt(saved['SwiGLU'])} µs"
+    assert values["swiglu_eager"] == f"{fmt(swiglu['eager']['median_us'])} µs"
 
 
 def test_the_overhead_sentence_compares_the_profiled_step(committed):
