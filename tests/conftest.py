@@ -74,3 +74,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not ON_GPU:
             item.add_marker(skip_gpu)
+
+
+def pytest_runtest_logreport(report):
+    """With PYTEST_FAILURE_LOG=FILE, each failure's traceback is appended to FILE as it is reported
+    (in the xdist controller too), so a run stopped by a time limit before pytest's summary still
+    says why each test failed (the GPU suite runs under the device machine's limit)."""
+    path = os.environ.get("PYTEST_FAILURE_LOG")
+    if not path or report.outcome != "failed" or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller writes
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
