@@ -45,11 +45,11 @@ Bad targets. A target outside [0, V) that is not ignore_index raises ValueError
 before any work is launched (``check_targets=True``, the default). The check reads one
 flag back from the GPU: a host sync per call. With ``check_targets=False``, or while a
 CUDA graph is being captured, the check is a device-side assert instead, as in HF's
-cross_entropy on the GPU: the loss call returns, and the next sync fails with
-"device-side assert triggered", which leaves the process's CUDA context unusable (the
-training process must restart). The kernel never reads outside the row either way.
-Run on CPU under the interpreter with TRITON_INTERPRET=1 set before importing
-triton.
+cross_entropy on the GPU: a later CUDA call or sync (CUDA reports errors
+asynchronously) fails with "device-side assert triggered", which leaves the process's
+CUDA context unusable (the training process must restart). The kernel never reads
+outside the row either way. Run on CPU under the interpreter with TRITON_INTERPRET=1
+set before importing triton.
 """
 import dataclasses
 import operator
@@ -189,7 +189,7 @@ def check_inputs(hidden, weight, targets, divisor=None) -> None:
 def check_bad_targets(targets, counted, vocab, raise_here: bool) -> None:
     """A target outside [0, vocab) that is not ignore_index: ValueError now (one host
     sync), or, with ``raise_here`` False or during CUDA graph capture (no sync allowed
-    there), a device-side assert that fails the next sync."""
+    there), a device-side assert that fails a later CUDA call or sync."""
     bad = counted & ((targets < 0) | (targets >= vocab))
     capturing = targets.is_cuda and torch.cuda.is_current_stream_capturing()
     if raise_here and not capturing:
