@@ -126,13 +126,14 @@ if [[ $MODE == cpu && $# -eq 0 ]]; then
       -p no:cov -n "$workers" -q -rfEs "$@" > "$target.log" 2>&1 &
     names+=("$name") pids+=($!)
   }
-  step "pytest on other stacks: the Qwen3 patch tests on each transformers of requirements-transformers/, the kernel and patch tests on requirements-triton.txt"
+  step "pytest on other stacks: the Qwen3 patch tests on each transformers of requirements-transformers/, the kernel tests and the fusion patch's on requirements-triton.txt"
   PATCH_TESTS=(tests/test_qwen3_*.py)
   triton=$(grep -E '^triton==' requirements-triton.txt | cut -d= -f3 | cut -d' ' -f1)
+  # On the newest Triton: the kernel tests, and of the patch tests the one file that runs every fused kernel
+  # through the patch and under torch.compile (the other patch files test transformers' side, not Triton's).
   other_stack "triton-$triton" requirements-triton.txt "" 2 \
     tests/test_rmsnorm_*.py tests/test_qk_norm_rope.py tests/test_swiglu.py tests/test_linear_cross_entropy.py \
-    tests/test_triton_one_minute.py \
-    "${PATCH_TESTS[@]}"
+    tests/test_triton_one_minute.py tests/test_qwen3_fusion_patch.py
   for pins in requirements-transformers/*.txt; do
     version=$(basename "$pins" .txt)
     other_stack "transformers-$version" "$pins" "$version" 0 "${PATCH_TESTS[@]}"
