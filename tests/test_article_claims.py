@@ -142,6 +142,31 @@ def test_liger_default_in_place_writes_dx_into_dy():  # pragma: gpu only
     torch.testing.assert_close(dy, x.grad)
 
 
+def test_liger_not_in_place_zeroes_dx_and_its_qwen3_patch_keeps_the_default():
+    """The op-level captions (rmsnorm, width_sweep): Liger runs with in_place=False, whose 0.8.5 backward
+    allocates dX with torch.zeros_like (a full memset); its Qwen3 patch uses LigerRMSNorm's default
+    in_place=True. Checked in Liger's source and in the rendered captions."""
+    import inspect
+
+    ops = pytest.importorskip("liger_kernel.ops.rms_norm")
+    from liger_kernel.transformers import LigerRMSNorm, monkey_patch
+
+    backward = inspect.getsource(ops.rms_norm_backward)
+    not_in_place = backward.split("if in_place is True:")[1].split("else:")[1].splitlines()[1]
+    assert "torch.zeros_like(dY)" in not_in_place, not_in_place
+    assert inspect.signature(LigerRMSNorm.__init__).parameters["in_place"].default is True
+    qwen3 = inspect.getsource(monkey_patch.apply_liger_kernel_to_qwen3)
+    assert "modeling_qwen3.Qwen3RMSNorm = LigerRMSNorm" in qwen3 and "in_place" not in qwen3
+
+    from bench import store
+    from bench.report import rmsnorm, width_sweep
+    from bench.report.names import LIGER_NOT_IN_PLACE
+    for report in (rmsnorm, width_sweep):
+        data = store.load(report.NAME)
+        assert data["config"]["liger_in_place"] is False
+        assert any(LIGER_NOT_IN_PLACE in text for text in report.render(data).values()), report.NAME
+
+
 def test_liger_085_has_45_model_patches():
     """篇2 §2.2: Liger-Kernel 0.8.5 ships 45 ``apply_liger_kernel_to_*`` model patches, Qwen3's among them."""
     import importlib.metadata

@@ -115,6 +115,13 @@ FUSION_POINT_ZH = {"RMSNorm": "RMSNorm", "RoPE": "RoPE", "SwiGLU": "SwiGLU", "QK
 SERIES_COLOURS = ["#8AB0DB", "#D98F92", "#94C18A", "#E7C56D", "#A98BCB", "#7FC4C0", "#C49A6C", "#999999"]
 
 
+# Liger's RMSNorm as the op-level runs call it (config["liger_in_place"] False): what its time includes
+# (liger_kernel 0.8.5 ops/rms_norm.py rms_norm_backward: dX = torch.zeros_like(dY) when not in place).
+LIGER_NOT_IN_PLACE = ("Liger 以 `in_place=False` 调用（默认的 `in_place=True` 把 dx 写进 dy，重放复用的 dy 会被改掉）；"
+                      "0.8.5 的这条路径在 backward 里多一次整张量的 `zeros_like` 清零，Liger 自己的 Qwen3 补丁用默认值，"
+                      "没有这一步。")
+
+
 def precision_zh(precision: str) -> str:
     return PRECISIONS.get(precision, precision)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from bench.report import prose, tables
-from bench.report.names import OP_LABELS, PHASES, tie
+from bench.report.names import LIGER_NOT_IN_PLACE, OP_LABELS, PHASES, tie
 from bench.report.ops import (at, bandwidth_bars, ceiling_text, compare_sentence, copy_ceiling, fastest_peer,
                               forward_shapes, rows_caption, shape_label, size)
 
@@ -55,6 +55,8 @@ def _table(data, phase):
     moved = "读 x、写 y" if phase == "fwd" else "forward 读 x、写 y，backward 读 x 和 dy、写 dx"
     caption = (f"bf16，{rows_caption(shapes_of(data, phase))}。时间为每次调用的 GPU 时间：CUDA graph 重放、"
                f"轮换输入（不复用 L2）的中位数。字节按最少计（{moved}）；拷贝上限为{ceiling_text(data['results'])}。")
+    if phase == "fwd_bwd" and config(data).get("liger_in_place") is False:
+        caption += LIGER_NOT_IN_PLACE
     return prose.page(table, caption)  # the reading above the table is the page's (values())
 
 

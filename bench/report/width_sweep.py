@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from bench.report import plots, prose, tables
-from bench.report.names import COLOURS, OP_LABELS, PHASES, tie
+from bench.report.names import COLOURS, LIGER_NOT_IN_PLACE, OP_LABELS, PHASES, tie
 from bench.report.ops import copy_ceiling, fastest_peer
 
 NAME = "width_sweep"
@@ -149,6 +149,8 @@ def caption(data) -> str:
             "最差宽度取两个方向里对比方案 ÷ 本站实现最小的一次。")
     if skipped:
         text += f"未测：{prose.join(OP_LABELS.get(n, n) for n in skipped)}（在本机不能运行）。"
+    if cfg.get("liger_in_place") is False and "liger" in cfg["peers"]:
+        text += LIGER_NOT_IN_PLACE
     return text
 
 
