@@ -3,8 +3,8 @@ and the merged QKV projection (one GEMM against three).
 
 Per memory-bound kernel and phase (forward, forward + backward) one table: a row per shape (the Qwen3 sizes
 that have it), this site's kernel in µs with its share of the copy ceiling, and each peer's time ÷ ours
-(above 1: ours is faster). The takeaway compares ours with the fastest peer under the run's tie rule (level
-within 2 %).
+(above 1: ours is faster). A forward table's takeaway compares ours with the fastest peer under the run's tie
+rule (level within 2 %); the forward + backward tables have none (番外二 writes their reading by hand).
 
 A GEMM kernel (its config names a ``baseline`` and a ``merged`` contender instead of ``ours``: ``qkv``) gets
 one file, ``fusion_<kernel>.md``, only when the data holds it, with a table per phase: a row per shape (the
@@ -79,7 +79,9 @@ def table(data, kernel, phase) -> str:
     headers = ["形状（Qwen3）", f"{ours} µs（占拷贝上限）", *(f"{OP_LABELS[n]} ÷ 本站" for n in names)]
     table = tables.md_table(headers, body, "ll" + "r" * len(names))
     ranked = [r for r in body_rows if r["peer"]]
-    takeaway = (f"{TITLES[kernel]} {PHASES[phase]}：本站在 {len(body_rows)} 个形状上达到拷贝上限的 "
+    # the forward + backward tables' readings are hand-written on 番外二 (fusion_page.summary_values gives their
+    # numbers); the forward tables, on the methods page, keep their generated takeaway
+    takeaway = None if phase == "fwd_bwd" else (f"{TITLES[kernel]} {PHASES[phase]}：本站在 {len(body_rows)} 个形状上达到拷贝上限的 "
                 f"{prose.pct_span(r['of_copy'] for r in body_rows)}"
                 + (f"；{compare_sentence(ranked, tie(data['config']), subject='本站', other='最快的对比方案')}"
                    if ranked else "") + "。")

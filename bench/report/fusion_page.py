@@ -5,13 +5,12 @@ fusion.json, step_fusion.json (the fusion set in a training step) and two commit
 them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lines after its script), and renders
 
 * fusion_page_env.md: the 实验环境 box (both data files' environments);
-* fusion_page_qkv.md: the merged QKV projection's result and the step time it could save (fusion.json's qkv
-  kernel against step_fusion.json's resolution);
 * fusion_page_fma.md: what FMA contraction did to the QK kernel's bits (the QK probe);
-* fusion_page_swiglu_bits.md, fusion_page_swiglu_probe.md: the SwiGLU probe's bits and times;
 * fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table and data files;
 
-and ``summary_values(load)``, the figures the page's hand-written 要点 and readings write ({{ fusion.NAME }});
+and ``summary_values(load)``, the figures the page's hand-written 要点 and readings write ({{ fusion.NAME }}),
+among them the merged QKV projection's saving per step (fusion.json's qkv kernel against step_fusion.json's
+resolution) and the SwiGLU probe's bits and times;
 tests/test_readings_fusion.py checks their comparison words against the data.
 
 The tables themselves are bench/report/fusion.py's (``fusion_<kernel>_<phase>.md``).
@@ -60,23 +59,6 @@ def qkv_saving(data, step) -> dict | None:
             "per_step_ms": per_layer_us * layers / 1000, "step_ms": ours["step"],
             "resolution_ms": cfg["resolution"] * ours["step"],
             "share": per_layer_us * layers / 1000 / ours["step"]}
-
-
-def qkv_sentence(data, step) -> str:
-    within = tie(data["config"])
-    both = gemm_rows(data, NAME_QKV, "fwd_bwd")
-    fwd = gemm_rows(data, NAME_QKV, "fwd")
-    faster = [r for r in both if r["ratio"] <= 1 - within]
-    text = (f"合并后 forward 的用时是三个 GEMM 的 {prose.times_span(r['ratio'] for r in fwd)} 倍，"
-            f"forward + backward 是 {prose.times_span(r['ratio'] for r in both)} 倍"
-            f"（{len(both)} 个形状中 {len(faster)} 个快 2% 以上）。")
-    saving = qkv_saving(data, step)
-    if saving:
-        text += (f"在一步训练的设置下（Qwen3-{saving['size']}，{saving['label']}，{saving['layers']} 层），"
-                 f"每层省 {tables.fmt(saving['per_layer_us'], 2)} µs，一步共省 {tables.fmt(saving['per_step_ms'], 2)} ms，"
-                 f"约一步的 {prose.pct(saving['share'], 2)}，远小于那个实验能分辨的 "
-                 f"{tables.fmt(saving['resolution_ms'], 2)} ms。")
-    return text + "\n"
 
 
 def env_box(data, step) -> str:
@@ -137,29 +119,6 @@ def _widths(sw: dict) -> list[str]:
     return sorted(sw["shipped"], key=int)
 
 
-def swiglu_bits_sentence(sw: dict) -> str:
-    shipped = sw["shipped"]
-    widths = _widths(sw)
-    ours = [shipped[w]["act_bits_equal"] for w in widths]
-    compiled = [shipped[w]["compile_act_bits_equal"] for w in widths]
-    same = "全部" if min(ours) == 1 else f"{prose.pct_span(ours, 3)}"
-    names = prose.join(f"I={w}" for w in widths)
-    return (f"H200 上 {names} 两个宽度的 act 与 HF eager {same}逐位相同，{OP_LABELS['compile_hf']} 的只有 "
-            f"{prose.pct_span(compiled)}。\n")
-
-
-def swiglu_probe_sentence(sw: dict) -> str:
-    width = _widths(sw)[-1]
-    shipped, fast = sw["shipped"][width], sw["fast_math"][width]
-    fwd_gain, bwd_gain = 1 - fast["fwd_us"] / shipped["fwd_us"], 1 - fast["bwd_us"] / shipped["bwd_us"]
-    behind = fast["fwd_us"] / shipped["compile_fwd_us"] - 1
-    text = (f"慢在哪里还没有查清。一次诊断在 I={width} 上把 expf 和 IEEE 除法都换成近似版本：forward 只快了 "
-            f"{prose.pct(fwd_gain)}，backward 快了 {prose.pct(bwd_gain)}")
-    text += (f"，forward 仍比 {OP_LABELS['compile_hf']} 慢 {prose.pct(behind)}" if behind > 0
-             else f"，forward 追上了 {OP_LABELS['compile_hf']}")
-    return text + "。\n"
-
-
 def probe_table(sw: dict) -> str:
     rows = []
     for variant, label in VARIANTS.items():
@@ -184,18 +143,28 @@ def provenance(data, step) -> str:
     return tables.provenance_table({"fusion.json": data, "step_fusion.json": step})
 
 
+def probes(data) -> tuple[dict, dict]:
+    """The QK probe's and the SwiGLU probe's printed JSON, from the data's GPU folder."""
+    folder = store.gpu_folder(store.gpu_slug(data["environment"].get("gpu") or "cpu"))
+    return tuple(probe_output((folder / probe_name(folder, k)).read_text(encoding="utf-8")) for k in ("qk", "swiglu"))
+
+
+def swiglu_probe(sw: dict) -> dict:
+    """The SwiGLU probe at its widest width: how much faster approximate exp and division make ours (forward,
+    backward), and how much slower its forward then still is than torch.compile(HF)'s (below 0: faster)."""
+    width = _widths(sw)[-1]
+    shipped, fast = sw["shipped"][width], sw["fast_math"][width]
+    return {"width": width, "fwd_gain": 1 - fast["fwd_us"] / shipped["fwd_us"],
+            "bwd_gain": 1 - fast["bwd_us"] / shipped["bwd_us"],
+            "behind": fast["fwd_us"] / shipped["compile_fwd_us"] - 1}
+
+
 def render_summary(load) -> dict[str, str]:
     data, step = load("fusion"), load(step_fusion.NAME)
-    gpu = store.gpu_slug(data["environment"].get("gpu") or "cpu")
-    folder = store.gpu_folder(gpu)
-    names = {kind: probe_name(folder, kind) for kind in PROBES}
-    qk, sw = (probe_output((folder / names[k]).read_text(encoding="utf-8")) for k in ("qk", "swiglu"))
+    qk, sw = probes(data)
     return {
         "fusion_page_env.md": env_box(data, step),
-        "fusion_page_qkv.md": qkv_sentence(data, step) if qkv_saving(data, step) else "",
         "fusion_page_fma.md": fma_sentence(qk),
-        "fusion_page_swiglu_bits.md": swiglu_bits_sentence(sw),
-        "fusion_page_swiglu_probe.md": swiglu_probe_sentence(sw),
         "fusion_page_probe_table.md": probe_table(sw),
         "fusion_page_provenance.md": provenance(data, step),
     }
@@ -225,7 +194,30 @@ def summary_values(load) -> dict[str, dict[str, str]]:
         out["liger_norm_us"] = f"{tables.fmt(norm['norm_us'])} µs"
         out["liger_qk_us"] = f"{tables.fmt(norm['liger_us'])} µs"
         out["liger_norm_share"] = prose.pct(norm["share"])
+    qk_best = [r["ratio"] for r in fusion_rows(data, NAME_QK, "fwd_bwd") if r["peer"]]
+    sw_best = [r for r in fusion_rows(data, NAME_SWIGLU, "fwd_bwd") if r["peer"]]
+    out["qk_fwd_bwd_best_ratio"] = prose.times_span(qk_best)
+    out["swiglu_fwd_bwd_best_slower"] = prose.pct_span(1 / r["ratio"] - 1 for r in sw_best)
+    out["swiglu_fwd_bwd_best_peers"] = " 或 ".join(dict.fromkeys(OP_LABELS[r["peer"]] for r in sw_best))
+    _, sw = probes(data)
+    shipped, widths = sw["shipped"], _widths(sw)
+    out["swiglu_probe_widths"] = prose.join(f"I={w}" for w in widths)
+    out["swiglu_compile_bits"] = prose.pct_span(shipped[w]["compile_act_bits_equal"] for w in widths)
+    probe = swiglu_probe(sw)
+    out["swiglu_probe_width"] = f"I={probe['width']}"
+    for name in ("fwd_gain", "bwd_gain", "behind"):
+        out[f"swiglu_fast_{name}"] = prose.pct(abs(probe[name]))
+    within = tie(data["config"])
+    fwd, both = gemm_rows(data, NAME_QKV, "fwd"), gemm_rows(data, NAME_QKV, "fwd_bwd")
+    out["qkv_fwd_ratio"] = prose.times_span(r["ratio"] for r in fwd)
+    out["qkv_fwd_bwd_ratio"] = prose.times_span(r["ratio"] for r in both)
+    out["qkv_shapes"] = str(len(both))
+    out["qkv_faster"] = str(sum(r["ratio"] <= 1 - within for r in both))
+    out["qkv_tie"] = prose.pct(within)
     saving = qkv_saving(data, step)
+    out["qkv_step_model"] = f"Qwen3-{saving['size']}"
+    out["qkv_step_layers"] = str(saving["layers"])
+    out["qkv_step_share"] = prose.pct(saving["share"], 2)
     out["qkv_step_ms"] = f"{tables.fmt(saving['per_step_ms'], 2)} ms"
     out["qkv_resolution_ms"] = f"{tables.fmt(saving['resolution_ms'], 2)} ms"
     return {"fusion": out}

@@ -1,4 +1,4 @@
-"""bench/report/fusion_page.py: the 番外二 page's generated sentences and values around fusion.json's tables.
+"""bench/report/fusion_page.py: the 番外二 page's generated boxes and values around fusion.json's tables.
 
 * from the committed data: every file renders, the tables on the page are at most 6 columns wide with a
   Chinese header, the values the hand-written readings use are what the raw JSON says (recomputed here);
@@ -39,8 +39,7 @@ def rendered():
 
 def test_every_file_renders(rendered):
     assert set(rendered) == {f"fusion_page_{name}.md" for name in (
-        "env", "qkv", "fma", "swiglu_bits", "swiglu_probe", "probe_table",
-        "provenance")}
+        "env", "fma", "probe_table", "provenance")}
     assert rendered["fusion_page_env.md"].startswith('!!! info "实验环境"')
     for name, text in rendered.items():
         for header in tables(text):
@@ -69,7 +68,9 @@ def test_qkv_saving_is_the_gemm_time_saved_times_the_steps_layers(data, step):
     ours = step_fusion.rows_by_contender(step)["fusion_set"]["step"]
     assert saving["resolution_ms"] == pytest.approx(step["config"]["resolution"] * ours)
     assert saving["per_step_ms"] < saving["resolution_ms"]  # the page's reason (a): below what the run resolves
-    assert f"一步共省 {fmt(saving['per_step_ms'], 2)} ms" in fusion_page.qkv_sentence(data, step)
+    values = fusion_page.summary_values(loader())["fusion"]
+    assert values["qkv_step_ms"] == f"{fmt(saving['per_step_ms'], 2)} ms"
+    assert values["qkv_step_layers"] == str(layers) and values["qkv_step_model"] == f"Qwen3-{size}"
 
 
 def test_liger_qk_gap_values(data):

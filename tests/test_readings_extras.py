@@ -1,0 +1,121 @@
+"""The hand-written readings of 番外二 §四, §五 and §七 that replaced generated sentences.
+
+Each reading is prose on the page with its numbers looked up from the data ({{ fusion.NAME }},
+bench/report/fusion_page.py ``summary_values``). Every comparison word in it ("快于", "慢", "全部逐位相同",
+"只有", "只快", "仍比 … 慢", "远小于") is checked here twice: against the committed data with the tie rule of its
+run (fusion.json's 2 % op-level rule; step_fusion.json's resolution for the QKV merge's saving), and in the page's
+sentence as the reader sees it (includes expanded, values put in). The word a test expects is the word the data
+allows, so a page that says another fails.
+"""
+from __future__ import annotations
+
+import re
+
+import docs_tools
+from bench import store
+from bench.report import fusion, fusion_page
+from bench.report.names import tie
+
+PAGE = "qwen3-qk-rope-swiglu.md"
+
+
+def _page(name: str = PAGE) -> str:
+    """The page as the reader reads it: includes expanded, values put in, ``**`` dropped, whitespace folded."""
+    text = docs_tools.expand((docs_tools.DOCS / name).read_text(encoding="utf-8"))
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def _sentence(page: str, start: str) -> str:
+    """The one sentence of ``page`` that begins with ``start``, up to its 。."""
+    assert page.count(start) == 1, f"{start!r} should begin exactly one sentence of the page"
+    at = page.index(start)
+    return page[at:page.index("。", at) + 1]
+
+
+def _values() -> dict:
+    return docs_tools._values_hook().load()["fusion"]
+
+
+def _probe() -> dict:
+    return fusion_page.probes(store.load("fusion"))[1]
+
+
+# ---------------------------------------------------------------- §五: the forward + backward tables' readings
+
+def test_qk_rope_is_faster_than_the_fastest_peer_at_every_shape():
+    """"N 个形状上都快于最快的对比方案": the fastest peer's time over ours is above the run's tie at every shape."""
+    data = store.load("fusion")
+    rows = fusion.rows(data, "qk_rope", "fwd_bwd")
+    every = all(r["peer"] and r["ratio"] > 1 + tie(data["config"]) for r in rows)
+    v = _values()
+    sentence = _sentence(_page(), "QK-norm + RoPE 的 forward + backward 达到拷贝上限的")
+    assert (f"{v['qk_shapes']} 个形状上都快于最快的对比方案" in sentence) == every, sentence
+    assert v["qk_shapes"] == str(len(rows))
+    assert f"其用时是本站的 {v['qk_fwd_bwd_best_ratio']} 倍" in sentence
+    assert v["qk_fwd_bwd_of_copy"] in sentence
+
+
+def test_swiglu_is_slower_than_the_fastest_peer_at_every_shape():
+    """"N 个形状上却都比最快的对比方案（…）慢": the fastest peer's time over ours is below the tie at every shape,
+    and the peers named are the fastest ones."""
+    data = store.load("fusion")
+    rows = fusion.rows(data, "swiglu", "fwd_bwd")
+    every = all(r["peer"] and r["ratio"] < 1 - tie(data["config"]) for r in rows)
+    v = _values()
+    sentence = _sentence(_page(), f"SwiGLU 达到拷贝上限的 {v['swiglu_fwd_bwd_of_copy']}，")
+    said = (f"{v['swiglu_shapes']} 个形状上却都比最快的对比方案（{v['swiglu_fwd_bwd_best_peers']}）慢 "
+            f"{v['swiglu_fwd_bwd_best_slower']}")
+    assert (said in sentence) == every, sentence
+    assert v["swiglu_shapes"] == str(len(rows))
+
+
+def test_swiglu_probe_reading():
+    """"forward 只快 X … forward 仍比 torch.compile(HF) 慢 Y": with approximate exp and division ours' forward and
+    backward both get faster, but its forward stays slower than torch.compile(HF)'s (so the gain is "只")."""
+    probe = fusion_page.swiglu_probe(_probe())
+    v = _values()
+    sentence = _sentence(_page(), "本站慢的原因未明")
+    assert probe["fwd_gain"] > 0 and probe["bwd_gain"] > 0
+    assert f"（{v['swiglu_probe_width']}）" in sentence
+    behind = probe["behind"] > 0
+    assert (f"forward 只快 {v['swiglu_fast_fwd_gain']}" in sentence) == behind, sentence
+    assert (f"forward 仍比 `torch.compile(HF)` 慢 {v['swiglu_fast_behind']}" in sentence) == behind, sentence
+    assert f"backward 快 {v['swiglu_fast_bwd_gain']}" in sentence
+
+
+# ---------------------------------------------------------------- §四: the SwiGLU probe's bits
+
+def test_swiglu_bits_reading():
+    """"全部逐位相同 …，torch.compile(HF) 只有 X": ours' act equals HF eager's at every element of every probed
+    width; torch.compile(HF)'s does not."""
+    shipped = _probe()["shipped"]
+    ours = all(r["act_bits_equal"] == 1 for r in shipped.values())
+    compiled = max(r["compile_act_bits_equal"] for r in shipped.values())
+    v = _values()
+    sentence = _sentence(_page(), "本站的 act 与 HF eager")
+    assert ("全部逐位相同" in sentence) == ours, sentence
+    assert (f"`torch.compile(HF)` 只有 {v['swiglu_compile_bits']}" in sentence) == (compiled < 1), sentence
+    assert v["swiglu_probe_widths"] == "、".join(f"I={w}" for w in sorted(shipped, key=int))
+
+
+# ---------------------------------------------------------------- §七: the merged QKV projection
+
+def test_qkv_reading():
+    """"N 个形状中 M 个快 2% 以上": the count of shapes where merging beats three GEMMs by more than the run's tie;
+    "只省 X … 远小于能分辨的 Y": the saving per step is under a fifth of what the step experiment resolves."""
+    data, step = store.load("fusion"), store.load("step_fusion")
+    within = tie(data["config"])
+    rows = fusion.gemm_rows(data, "qkv", "fwd_bwd")
+    faster = sum(r["ratio"] <= 1 - within for r in rows)
+    slower = sum(r["ratio"] >= 1 + within for r in rows)
+    saving = fusion_page.qkv_saving(data, step)
+    v = _values()
+    page = _page()
+    sentence = _sentence(page, "合并后 forward 的用时是三个 GEMM 的")
+    assert slower == 0  # no shape where the merge loses: the sentence names only the faster ones
+    assert f"（{len(rows)} 个形状中 {faster} 个快 {v['qkv_tie']} 以上）" in sentence, sentence
+    assert v["qkv_fwd_ratio"] in sentence and v["qkv_fwd_bwd_ratio"] in sentence
+    step_sentence = _sentence(page, f"一步训练（{v['qkv_step_model']}")
+    far = saving["per_step_ms"] * 5 < saving["resolution_ms"]
+    assert (f"只省 {v['qkv_step_ms']}（约 {v['qkv_step_share']}），远小于能分辨的 {v['qkv_resolution_ms']}"
+            in step_sentence) == far, step_sentence
