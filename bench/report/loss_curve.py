@@ -20,24 +20,6 @@ def _caption(cfg: dict) -> str:
             f"对照：只舍入一次的正确 RMSNorm。")
 
 
-def gate_sentence(data: dict) -> str:
-    """Both gates in one sentence, with the control's own distance from HF as the yardstick."""
-    cfg, results = data["config"], data["results"]
-    variants = cfg["variants"]
-    verdicts = [results[v]["gate"]["passed"] for v in variants]
-    head = (f"{len(variants)} 种精度设置都通过门限" if all(verdicts) else
-            f"未通过门限的精度设置：{prose.join(precision_zh(v) for v, ok in zip(variants, verdicts) if not ok)}")
-    parts = []
-    for v in variants:
-        g, c = results[v]["gate"], results[v]["control_gate"]
-        control = ("对照与 HF 逐位相同" if c["final_rel_diff"] == 0 and c["max_abs_diff"] == 0
-                   else f"对照与 HF 相差 {prose.pct(c['final_rel_diff'], 3)}")
-        parts.append(f"{precision_zh(v)}：本站 RMSNorm 末段 loss 与 HF 相差 {prose.pct(g['final_rel_diff'], 3)}"
-                     f"（阈值 {prose.pct(g.get('final_limit', g['final_rtol']), 3)}，{control}），"
-                     f"逐步最大相对差 {prose.pct(g['max_rel_diff'], 2)}")
-    return f"{cfg['steps']} 步训练，{head}。" + "；".join(parts) + "。"
-
-
 def render(data: dict) -> dict[str, str]:
     cfg, results = data["config"], data["results"]
     f = tables.fmt
@@ -60,7 +42,7 @@ def render(data: dict) -> dict[str, str]:
     detail_table = tables.md_table(
         ["精度设置", "末段 loss：HF（nats）", "末段 loss：本站 RMSNorm（nats）", "逐步最大绝对差（nats）",
          "对照逐步最大相对差（%）", "逐步阈值（%）"], detail, "lrrrrr")
-    return {"loss_curve.md": prose.page(table, _caption(cfg), gate_sentence(data)),
+    return {"loss_curve.md": prose.page(table, _caption(cfg)),
             "loss_curve_detail.md": prose.page(detail_table, "loss 以每字节 nats 计；" + _caption(cfg)),
             "loss_curve.svg": _plot(data)}
 

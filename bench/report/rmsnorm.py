@@ -187,6 +187,13 @@ def rstd_changes(data) -> dict[str, float]:
     return {shape_label(r): r["recomputed_us"] / r["saved_us"] - 1 for r in data["results"].get("rstd") or []}
 
 
+def torch_fwd_ratios(data) -> list[dict]:
+    """篇 2 §2.5: per forward shape, F.rms_norm's time over ours ({"shape", "ratio"}), uncompiled."""
+    ours = config(data)["ours"]
+    return [{"shape": s, "ratio": s["fwd"]["torch_rms_norm"]["median_us"] / s["fwd"][ours]["median_us"]}
+            for s in shapes_of(data, "fwd")]
+
+
 def value_key(label: str) -> str:
     """'H=1024' -> 'h1024', 'q_norm' -> 'q_norm': a shape label as part of a value's name."""
     return re.sub(r"[^a-z0-9_]", "", label.lower())
@@ -195,6 +202,7 @@ def value_key(label: str) -> str:
 def values(data: dict) -> dict[str, str]:
     """{{ rmsnorm.NAME }}: ours against the fastest peer per phase, the H=4096 row 篇 2's §八 quotes, the run's tie
     rule, and recomputing rstd against saving it (篇 2 §5.4: each shape's difference and the largest)."""
+    ours = config(data)["ours"]
     out = {"tie": prose.pct(tie(config(data)))}
     changes = rstd_changes(data)
     for label, change in changes.items():
@@ -211,4 +219,13 @@ def values(data: dict) -> dict[str, str]:
     out["h4096_us"] = f"{tables.fmt(both['H=4096']['ours_us'])} µs"
     out["h4096_hf_ratio"] = f"{both['H=4096']['hf_ratio']:.1f}"
     out["transposed_ratio"] = f"{max(r['ratio'] for r in both.values()):.2f}"
+    ratios = torch_fwd_ratios(data)  # §2.5: F.rms_norm's forward over ours, Qwen3's wide rows and the q/k-norm rows
+    narrow = [r for r in ratios if r["shape"]["width"] <= 128]
+    out["torch_fwd_wide"] = prose.times_span((r["ratio"] for r in ratios if r["shape"]["width"] > 128), 1)
+    out["torch_fwd_narrow"] = prose.times_span((r["ratio"] for r in narrow), 1)
+    if narrow:
+        q = max(narrow, key=lambda r: r["shape"]["rows"])["shape"]
+        out["torch_fwd_q_shape"] = f"{q['rows']}×{q['width']}"
+        out["torch_fwd_q_us"] = f"{tables.fmt(q['fwd']['torch_rms_norm']['median_us'])} µs"
+        out["ours_fwd_q_us"] = f"{tables.fmt(q['fwd'][ours]['median_us'])} µs"
     return out

@@ -3,13 +3,12 @@
 * p1_env.md: the article's one "实验环境" box;
 * p1_provenance.md: which commit and command produced each data file (methods page);
 * p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
-* p1_gemm_spread.md: §五's sentence under the ceilings table: the roofline's matmul rate is one run of one
-  shape; other runs measured more (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed), and
-  whether any fusion point changes side at the highest rate's ridge point;
 * p1_conclusion.md: §八's table of the fusion points ranked by the time they save per layer, ties where the
   p20–p80 intervals of the savings overlap (the sentence above it is the page's own);
 
-and ``summary_values(load)``: the figures 篇 1's hand-written 要点, §五's bullets and §八 write ({{ p1.NAME }}).
+and ``summary_values(load)``: the figures 篇 1's hand-written 要点, §五's bullets and §八 write ({{ p1.NAME }}),
+among them §五's other runs' GEMM rates (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed) and
+the ridge point at the highest.
 
 ``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
 """
@@ -131,38 +130,31 @@ def conclusion(profile: dict, roofline: dict) -> str:
                          "Qwen3 默认的 sdpa 已经把它融合好了" if left_out else ""), sep="；")
 
 
-def other_gemm_rates(fullsize: dict | None, fusion: dict | None) -> list[tuple[str, float]]:
-    """(what, TFLOP/s) of the bf16 GEMM rates other runs recorded: fullsize.json's 8192³ GEMM (its MFU
-    denominator) and the fastest QKV projection GEMM of fusion.json (any form, forward)."""
-    out = []
+def other_gemm_rates(fullsize: dict | None, fusion: dict | None) -> dict[str, float]:
+    """{"fullsize": TFLOP/s, "qkv": TFLOP/s} of the bf16 GEMM rates other runs recorded, where committed:
+    fullsize.json's 8192³ GEMM (its MFU denominator) and the fastest QKV projection GEMM of fusion.json (any form,
+    forward)."""
+    out = {}
     ceiling = (fullsize or {}).get("config", {}).get("gemm_ceiling_tflops")
     if ceiling:
-        out.append(("同一个 8192³ 的 bf16 矩阵乘在篇 2 完整模型实验的那次运行里", ceiling))
+        out["fullsize"] = ceiling
     rates = [stats["tflops"] for entry in (fusion or {}).get("results", {}).get("kernels", {}).get("qkv", [])
              for stats in entry["fwd"].values() if isinstance(stats, dict) and stats.get("tflops")]
     if rates:
-        out.append(("番外二的 QKV 投影 GEMM 最高", max(rates)))
+        out["qkv"] = max(rates)
     return out
 
 
-def gemm_spread(roofline: dict, fullsize: dict | None = None, fusion: dict | None = None) -> str:
-    """Under §五's ceilings table: the matmul rate is one run of one shape, not a ceiling; the other runs' rates,
-    the ridge point at the highest of them, and whether any fusion point changes side there."""
-    ceilings = roofline["results"]["ceilings"]
-    here = ceilings["matmul"]["tflops"]
-    text = "矩阵乘这一行只是一次运行、一个形状的中位数，不是上限"
-    others = other_gemm_rates(fullsize, fusion)
-    if not others:
-        return text + "。\n"
-    text += "：" + "，".join(f"{what}测到 {tables.fmt(rate, 4)} TFLOP/s" for what, rate in others)
-    top = max(rate for _, rate in others)
-    if top <= here:
-        return text + "。\n"
-    ridge, high = ridge_flop_per_byte(roofline), top * 1e12 / (ceilings["copy"]["gbps"] * 1e9)
-    moved = [FUSION_POINT_ZH.get(p["name"], p["name"]) for p in roofline["results"]["points"]
-             if any((p[form]["intensity"] < ridge) != (p[form]["intensity"] < high) for form in ("eager", "fused"))]
-    text += f"。按最高的 {tables.fmt(top, 4)} TFLOP/s 算，屋脊点是 {tables.fmt(high)} FLOP/字节，"
-    return text + (f"{prose.join(moved)}会换到另一边。\n" if moved else "下表每个融合点落在哪一边都不变。\n")
+def ridge_at(roofline: dict, tflops: float) -> float:
+    """The ridge point (FLOP per byte) at a matmul rate of ``tflops`` and the roofline's copy bandwidth."""
+    return tflops * 1e12 / (roofline["results"]["ceilings"]["copy"]["gbps"] * 1e9)
+
+
+def side_changes(roofline: dict, ridge: float) -> list[str]:
+    """The fusion points (eager or fused form) on the other side of ``ridge`` than of the roofline's own."""
+    own = ridge_flop_per_byte(roofline)
+    return [p["name"] for p in roofline["results"]["points"]
+            if any((p[form]["intensity"] < own) != (p[form]["intensity"] < ridge) for form in ("eager", "fused"))]
 
 
 def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
@@ -175,14 +167,7 @@ def provenance(profile: dict, roofline: dict, compiled: dict) -> str:
 
 def render_summary(load) -> dict[str, str]:
     profile, roofline, compiled = (load(name) for name in DATA)
-    others = {}
-    for name in ("fullsize", "fusion"):  # other runs' GEMM rates, where committed
-        try:
-            others[name] = load(name)
-        except MissingData:
-            others[name] = None
     return {
-        "p1_gemm_spread.md": gemm_spread(roofline, others["fullsize"], others["fusion"]),
         "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)],
                                     note=cpu_note(profile, roofline, compiled)),
         "p1_profile_overhead.md": profile_overhead(profile),
@@ -216,6 +201,17 @@ def summary_values(load) -> dict[str, dict[str, str]]:
            "graph_small": f"{tables.fmt(_fwd_bwd_ratio(tiny, 'cuda_graph'))}×",
            "kernels_eager": str(large["contenders"]["eager"]["launches_fwd_bwd"]["kernels"]),
            "kernels_compile": str(large["contenders"]["compile"]["launches_fwd_bwd"]["kernels"])}
+    others = {}
+    for name in ("fullsize", "fusion"):  # §五: other runs' GEMM rates, where committed
+        try:
+            others[name] = load(name)
+        except MissingData:
+            others[name] = None
+    for name, rate in other_gemm_rates(others["fullsize"], others["fusion"]).items():
+        out[f"gemm_{name}"] = f"{tables.fmt(rate, 4)} TFLOP/s"
+    rates = other_gemm_rates(others["fullsize"], others["fusion"]).values()
+    if rates:
+        out["gemm_top_ridge"] = f"{tables.fmt(ridge_at(roofline, max(rates)))} FLOP/字节"
     for row in savings(roofline):
         key = "qkv" if row["name"].upper().startswith("QKV") else row["name"].lower()
         out[f"{key}_saved"] = f"{tables.fmt(row['saved_us'])} µs"

@@ -121,22 +121,7 @@ def survey(rms: dict, step: dict) -> str:
                + (f"（同一形状上 HF eager 是 {tables.fmt(op['hf'])} µs，本站实现是 {tables.fmt(ours)} µs）"
                   if "hf" in op else f"（本站实现是 {tables.fmt(ours)} µs）")
                + f"；一步：{geometry_zh(step)}，相对 HF eager；Liger 的一步用全套补丁。")
-    takeaway = "每个库融合的范围不同：注意力交给 sdpa 或 FlashAttention，整套算子看 Liger，单个 RMSNorm 有 F.rms_norm、quack、transformers 的 kernel hub 和手写几条路。"
-    return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption, takeaway)
-
-
-def torch_rms_norm_sentence(rms: dict) -> str:
-    """篇2 §2.5: F.rms_norm's forward against ours, on the wide rows and on the 128-wide q/k-norm rows."""
-    ours, shapes = rmsnorm.config(rms)["ours"], rmsnorm.shapes_of(rms, "fwd")
-    ratio = {id(s): s["fwd"]["torch_rms_norm"]["median_us"] / s["fwd"][ours]["median_us"] for s in shapes}
-    narrow = [s for s in shapes if s["width"] <= 128]
-    wide = [s for s in shapes if s["width"] > 128]
-    q = max(narrow, key=lambda s: s["rows"])
-    return (f"不编译时 `F.rms_norm` 的 forward 并不处处够快：Qwen3 的宽行上它的用时是本站实现的 "
-            f"{prose.times_span((ratio[id(s)] for s in wide), 1)} 倍，{narrow[0]['width']} 宽的 q/k norm 行上是 "
-            f"{prose.times_span((ratio[id(s)] for s in narrow), 1)} 倍"
-            f"（q_norm 的 {q['rows']}×{q['width']}：{tables.fmt(q['fwd']['torch_rms_norm']['median_us'])} µs 对 "
-            f"{tables.fmt(q['fwd'][ours]['median_us'])} µs）。\n")
+    return prose.page(tables.md_table(["库", "融合了什么", "限制", "本站实测（H200）"], rows, "llll"), caption)
 
 
 def conclusion(rms: dict, step: dict) -> str:
@@ -214,7 +199,6 @@ def render_summary(load) -> dict[str, str]:
         "p2_provenance.md": tables.provenance_table({f"{name}.json": d for name, d in (data | optional).items()}),
         "p2_conclusion.md": conclusion(rms, step),
         "p2_survey.md": survey(rms, step),
-        "p2_torch_rms_norm.md": torch_rms_norm_sentence(rms),
     }
     return out
 

@@ -1,4 +1,4 @@
-"""width_sweep.json -> 篇2 §七's RMSNorm at every hidden size: the bucket table, the plot, the article's sentence."""
+"""width_sweep.json -> 篇2 §七's RMSNorm at every hidden size: the bucket table, the plot, the numbers of the article's sentence."""
 from __future__ import annotations
 
 import math
@@ -254,40 +254,6 @@ def _all_plot(data) -> str:
     return plots.svg_of(fig)
 
 
-def article_sentence(data) -> str:
-    """篇2 §七's summary of the sweep: how often ours is level or ahead in each direction, where it falls
-    behind most in either direction (and the other direction's worst), and how many of the widths where the
-    forward + backward falls behind take the chunked backward."""
-    facts = sweep_facts(data)
-    widths = [s["width"] for s in data["results"]["shapes"]]
-    cfg = config(data)
-    level = 1 - tie(cfg)
-    parts = [prose.glue(PHASES[phase], f"在 {facts[phase]['level_or_ahead']} 个宽度上与最快的对比方案持平或更快")
-             for phase in cfg["targets"]]
-    text = (f"在 {min(widths)} 到 {max(widths)} 的 {len(widths)} 个宽度上，" + "本站实现的 " + "，".join(parts)
-            + f"（相差 {prose.pct(tie(cfg))} 以内算持平）")
-    low = worst(data)
-    if low and low["ratio"] < level:
-        text += (f"；落后最多的是 {PHASES[low['phase']]} 在 H={low['width']}，只有 {OP_LABELS[low['peer']]} 速度的 "
-                 f"{low['ratio']:.2f}×")
-        others = [dict(facts[p]["worst"], phase=p) for p in cfg["targets"] if p != low["phase"] and facts[p]["worst"]]
-        if others:
-            other = others[0]
-            where = "也在" if other["width"] == low["width"] else "在"
-            text += f"（{PHASES[other['phase']]} 最差{where} H={other['width']}，{other['ratio']:.2f}×）"
-    behind = facts["fwd_bwd"]["behind"] if "fwd_bwd" in facts else []
-    chunked = cfg["chunked_backward_above"]
-    wide = [w for w in behind if w > chunked]
-    if wide:
-        if len(behind) == 1:
-            text += f"；forward + backward 只在 H={behind[0]} 落后，宽于 {chunked}"
-        elif len(wide) == len(behind):
-            text += f"；forward + backward 落后的 {len(behind)} 个宽度都宽于 {chunked}"
-        else:
-            text += f"；forward + backward 落后的 {len(behind)} 个宽度里 {len(wide)} 个宽于 {chunked}"
-    return text + "。\n"
-
-
 # Contenders whose kernels are Triton code too (Inductor generates Triton for its GPU kernels).
 TRITON_PEERS = {"compile_hf": "Inductor 生成的 Triton kernel"}
 
@@ -315,5 +281,23 @@ def wide_forward_sentence(data) -> str:
 
 def render(data: dict) -> dict[str, str]:
     return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _ratio_plot(data),
-            "width_sweep_all.svg": _all_plot(data), "width_sweep_article.md": article_sentence(data),
+            "width_sweep_all.svg": _all_plot(data), 
             "width_sweep_wide_fwd.md": wide_forward_sentence(data)}
+
+
+def values(data: dict) -> dict[str, str]:
+    """{{ width_sweep.NAME }}: 篇 2 §7.3's reading of the sweep: the widths, per direction how many are level with or
+    ahead of the fastest peer (the run's tie), the worst point of either direction (its width, peer and ratio), the
+    other direction's worst, and the widths where the forward + backward falls behind."""
+    facts, cfg = sweep_facts(data), config(data)
+    widths = [s["width"] for s in data["results"]["shapes"]]
+    out = {"widths": str(len(widths)), "lo": str(min(widths)), "hi": str(max(widths)), "tie": prose.pct(tie(cfg))}
+    for phase in cfg["targets"]:
+        f = facts[phase]
+        out[f"{phase}_level_or_ahead"] = str(f["level_or_ahead"])
+        if f["worst"]:
+            out[f"{phase}_worst_width"] = f"H={f['worst']['width']}"
+            out[f"{phase}_worst_peer"] = OP_LABELS[f["worst"]["peer"]]
+            out[f"{phase}_worst_ratio"] = f"{f['worst']['ratio']:.2f}×"
+        out[f"{phase}_behind"] = prose.join(f"H={w}" for w in sorted(f["behind"]))
+    return out
