@@ -327,3 +327,12 @@ def test_every_value_a_page_names_exists():
     values = hook.load()
     for page in docs_tools.doc_pages():
         hook.substitute(page.read_text(encoding="utf-8"), values, str(page))
+
+
+def test_prose_counter_counts_measured_values_as_the_reader_sees_them(tmp_path):
+    """A {{ report.name }} value counts with the Han characters it puts on the page."""
+    values = docs_tools._values_hook().load()
+    name, text = next((n, v) for n, v in values["host"].items() if prose_count.count_han(v))
+    page = tmp_path / "page.md"
+    page.write_text(f"慢于 {{{{ host.{name} }}}}。\n", encoding="utf-8")
+    assert prose_count.count_page(page) == 2 + prose_count.count_han(text)

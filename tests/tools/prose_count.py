@@ -4,7 +4,8 @@ Prose is what a reader reads as running text: headings, paragraphs, lists and
 admonition bodies. Not counted: YAML front matter, fenced code blocks of any
 language (mermaid and text too), table lines (starting with ``|``), ``--8<--``
 include lines (the raw page is counted, never what an include pulls in), HTML
-comments, and the URLs of links and images (their visible text counts).
+comments, and the URLs of links and images (their visible text counts). A measured
+value written ``{{ report.name }}`` counts as the reader sees it (docs/hooks/values.py).
 
     python tests/tools/prose_count.py docs/qwen3-fusion.md docs/triton-rmsnorm.md
 """
@@ -64,7 +65,9 @@ def count_han(text: str) -> int:
 
 
 def count_page(path: str | pathlib.Path) -> int:
-    return count_han(pathlib.Path(path).read_text(encoding="utf-8"))
+    """The page's prose with its measured values put in, as the site build does."""
+    values = docs_tools._values_hook()
+    return count_han(values.substitute(pathlib.Path(path).read_text(encoding="utf-8"), values.load(), str(path)))
 
 
 def report(path: str | pathlib.Path) -> str:
