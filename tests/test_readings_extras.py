@@ -9,7 +9,6 @@ allows, so a page that says another fails.
 """
 from __future__ import annotations
 
-import re
 
 import docs_tools
 from bench import store
@@ -17,19 +16,6 @@ from bench.report import fusion, fusion_page
 from bench.report.names import tie
 
 PAGE = "qwen3-qk-rope-swiglu.md"
-
-
-def _page(name: str = PAGE) -> str:
-    """The page as the reader reads it: includes expanded, values put in, ``**`` dropped, whitespace folded."""
-    text = docs_tools.expand((docs_tools.DOCS / name).read_text(encoding="utf-8"))
-    return re.sub(r"\s+", " ", text.replace("**", ""))
-
-
-def _sentence(page: str, start: str) -> str:
-    """The one sentence of ``page`` that begins with ``start``, up to its 。."""
-    assert page.count(start) == 1, f"{start!r} should begin exactly one sentence of the page"
-    at = page.index(start)
-    return page[at:page.index("。", at) + 1]
 
 
 def _values() -> dict:
@@ -48,7 +34,7 @@ def test_qk_rope_is_faster_than_the_fastest_peer_at_every_shape():
     rows = fusion.rows(data, "qk_rope", "fwd_bwd")
     every = all(r["peer"] and r["ratio"] > 1 + tie(data["config"]) for r in rows)
     v = _values()
-    sentence = _sentence(_page(), "QK-norm + RoPE 的 forward + backward 达到拷贝上限的")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "QK-norm + RoPE 的 forward + backward 达到拷贝上限的")
     assert (f"{v['qk_shapes']} 个形状上都快于最快的对比方案" in sentence) == every, sentence
     assert v["qk_shapes"] == str(len(rows))
     assert f"其用时是本站的 {v['qk_fwd_bwd_best_ratio']} 倍" in sentence
@@ -62,7 +48,7 @@ def test_swiglu_is_slower_than_the_fastest_peer_at_every_shape():
     rows = fusion.rows(data, "swiglu", "fwd_bwd")
     every = all(r["peer"] and r["ratio"] < 1 - tie(data["config"]) for r in rows)
     v = _values()
-    sentence = _sentence(_page(), f"SwiGLU 达到拷贝上限的 {v['swiglu_fwd_bwd_of_copy']}，")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), f"SwiGLU 达到拷贝上限的 {v['swiglu_fwd_bwd_of_copy']}，")
     said = (f"{v['swiglu_shapes']} 个形状上却都比最快的对比方案（{v['swiglu_fwd_bwd_best_peers']}）慢 "
             f"{v['swiglu_fwd_bwd_best_slower']}")
     assert (said in sentence) == every, sentence
@@ -74,7 +60,7 @@ def test_swiglu_probe_reading():
     backward both get faster, but its forward stays slower than torch.compile(HF)'s (so the gain is "只")."""
     probe = fusion_page.swiglu_probe(_probe())
     v = _values()
-    sentence = _sentence(_page(), "本站慢的原因未明")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "本站慢的原因未明")
     assert probe["fwd_gain"] > 0 and probe["bwd_gain"] > 0
     assert f"（{v['swiglu_probe_width']}）" in sentence
     behind = probe["behind"] > 0
@@ -92,7 +78,7 @@ def test_swiglu_bits_reading():
     ours = all(r["act_bits_equal"] == 1 for r in shipped.values())
     compiled = max(r["compile_act_bits_equal"] for r in shipped.values())
     v = _values()
-    sentence = _sentence(_page(), "本站的 act 与 HF eager")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "本站的 act 与 HF eager")
     assert ("全部逐位相同" in sentence) == ours, sentence
     assert (f"`torch.compile(HF)` 只有 {v['swiglu_compile_bits']}" in sentence) == (compiled < 1), sentence
     assert v["swiglu_probe_widths"] == "、".join(f"I={w}" for w in sorted(shipped, key=int))
@@ -110,12 +96,12 @@ def test_qkv_reading():
     slower = sum(r["ratio"] >= 1 + within for r in rows)
     saving = fusion_page.qkv_saving(data, step)
     v = _values()
-    page = _page()
-    sentence = _sentence(page, "合并后 forward 的用时是三个 GEMM 的")
+    page = docs_tools.reader_text(PAGE)
+    sentence = docs_tools.sentence(page, "合并后 forward 的用时是三个 GEMM 的")
     assert slower == 0  # no shape where the merge loses: the sentence names only the faster ones
     assert f"（{len(rows)} 个形状中 {faster} 个快 {v['qkv_tie']} 以上）" in sentence, sentence
     assert v["qkv_fwd_ratio"] in sentence and v["qkv_fwd_bwd_ratio"] in sentence
-    step_sentence = _sentence(page, f"一步训练（{v['qkv_step_model']}")
+    step_sentence = docs_tools.sentence(page, f"一步训练（{v['qkv_step_model']}")
     far = saving["per_step_ms"] * 5 < saving["resolution_ms"]
     assert (f"只省 {v['qkv_step_ms']}（约 {v['qkv_step_share']}），远小于能分辨的 {v['qkv_resolution_ms']}"
             in step_sentence) == far, step_sentence

@@ -8,29 +8,11 @@ in). The word a test expects is the word the data allows, so a page that says an
 """
 from __future__ import annotations
 
-import re
 
 
 import docs_tools
 from bench import store
 from bench.report.names import TIE_RULES, tie
-
-
-def _page(name: str) -> str:
-    """The page as the reader reads it: includes expanded, values put in, ``**`` dropped, whitespace folded."""
-    text = docs_tools.expand((docs_tools.DOCS / name).read_text(encoding="utf-8"))
-    return re.sub(r"\s+", " ", text.replace("**", ""))
-
-
-def _sentence(page: str, start: str) -> str:
-    """The one sentence of ``page`` that begins with ``start``, up to its 。."""
-    assert page.count(start) == 1, f"{start!r} should begin exactly one sentence of the page"
-    at = page.index(start)
-    return page[at:page.index("。", at) + 1]
-
-
-def _values(report: str) -> dict:
-    return docs_tools._values_hook().load()[report]
 
 
 # ---------------------------------------------------------------- 篇 1 §五: the SwiGLU bullet
@@ -46,10 +28,10 @@ def test_p1_swiglu_saves_least_of_the_ranked_points():
     others = [r["rank"] for n, r in rows.items() if n != "SwiGLU" and r["rank"] is not None]
     least = swiglu["rank"] is not None and all(swiglu["rank"] > rank for rank in others)
     faster = swiglu["low_us"] > 0 and swiglu["eager_us"] > swiglu["fused_us"]
-    v = _values("p1")
-    bullet = _sentence(_page("qwen3-fusion.md"), "SwiGLU：每层 forward ")
+    v = docs_tools.values("p1")
+    bullet = docs_tools.sentence(docs_tools.reader_text("qwen3-fusion.md"), "SwiGLU：每层 forward ")
     assert bullet.startswith(f"SwiGLU：每层 forward {'只省' if least else '省'} {v['swiglu_saved']}"), bullet
-    after = _page("qwen3-fusion.md").split(bullet, 1)[1]
+    after = docs_tools.reader_text("qwen3-fusion.md").split(bullet, 1)[1]
     assert after.lstrip().startswith(f"编译后{'快' if faster else '慢'} {v['swiglu_speedup']}，可 eager 才 "
                                      f"{v['swiglu_eager']}")
 
@@ -68,8 +50,8 @@ def test_fusion_rmsnorm_only_tier_is_slower_at_every_shape():
     data, rows = _fusion_rows("qk_rope")
     ratios = [r["ratios"]["triton_rmsnorm"] for r in rows]
     assert len(ratios) == len(rows) and min(ratios) > 1 + tie(data["config"])
-    sentence = _sentence(_page("qwen3-qk-rope-swiglu.md"), "只打篇 2 补丁时")
-    assert f"用时是本站的 {_values('fusion')['qk_fwd_bwd_triton_rmsnorm_ratio']} 倍" in sentence
+    sentence = docs_tools.sentence(docs_tools.reader_text("qwen3-qk-rope-swiglu.md"), "只打篇 2 补丁时")
+    assert f"用时是本站的 {docs_tools.values('fusion')['qk_fwd_bwd_triton_rmsnorm_ratio']} 倍" in sentence
 
 
 def test_fusion_liger_qk_time_is_mostly_its_rmsnorm():
@@ -79,8 +61,8 @@ def test_fusion_liger_qk_time_is_mostly_its_rmsnorm():
 
     norm = fusion_page.liger_norm_share(store.load("fusion"), store.load("rmsnorm"))
     word = "多半" if norm["share"] > 0.5 else "少半"
-    v = _values("fusion")
-    sentence = _sentence(_page("qwen3-qk-rope-swiglu.md"), "Liger 一档")
+    v = docs_tools.values("fusion")
+    sentence = docs_tools.sentence(docs_tools.reader_text("qwen3-qk-rope-swiglu.md"), "Liger 一档")
     assert sentence.startswith(f"Liger 一档{word}时间花在 RMSNorm 上"), sentence
     assert f"合计 {v['liger_norm_us']}，是这里 {v['liger_qk_us']} 的 {v['liger_norm_share']}" in sentence
 
@@ -89,8 +71,8 @@ def test_fusion_compiled_swiglu_reaches_past_the_copy():
     """"能超过它": torch.compile(HF)'s SwiGLU is above the copy ceiling at some shape; the sentence says so only then."""
     _, rows = _fusion_rows("swiglu")
     above = max(r["all_of_copy"]["compile_hf"] for r in rows) > 1
-    sentence = _sentence(_page("qwen3-qk-rope-swiglu.md"), "`torch.compile(HF)` 的 SwiGLU 达到拷贝上限的")
-    assert _values("fusion")["swiglu_fwd_bwd_compile_hf_of_copy"] in sentence
+    sentence = docs_tools.sentence(docs_tools.reader_text("qwen3-qk-rope-swiglu.md"), "`torch.compile(HF)` 的 SwiGLU 达到拷贝上限的")
+    assert docs_tools.values("fusion")["swiglu_fwd_bwd_compile_hf_of_copy"] in sentence
     assert ("能超过它" in sentence) == above, sentence
 
 
@@ -107,12 +89,12 @@ def test_fusion_step_reading_follows_the_intervals():
     def ahead(name):
         return rows[name]["step"] < base["step"] and not level(rows[name], base, cfg)
 
-    sentence = _sentence(_page("qwen3-qk-rope-swiglu.md"), "本站整套比只打 RMSNorm 补丁")
+    sentence = docs_tools.sentence(docs_tools.reader_text("qwen3-qk-rope-swiglu.md"), "本站整套比只打 RMSNorm 补丁")
     head, _, swiglu = sentence.partition("单加 SwiGLU")
     assert ("区间都与它不重叠" in head) == (ahead(cfg["ours"]) and ahead("triton_qk_rope")), head
     assert ("持平" in swiglu) == level(rows["triton_swiglu"], base, cfg), swiglu
     assert ("只快" in swiglu) == (rows["triton_swiglu"]["step"] > rows["triton_qk_rope"]["step"]), swiglu
-    v = _values("step_fusion")
+    v = docs_tools.values("step_fusion")
     for name in ("fusion_set_gain", "triton_qk_rope_gain", "triton_swiglu_gain"):
         assert v[name] in sentence, name
 
@@ -129,11 +111,11 @@ def test_fused_add_sweep_reading_follows_the_tie_rule():
     rows = fused_add_sweep.per_width(data, "fwd_bwd")
     every = all(r["baseline"] is not None and r["baseline"] > 1 + within for r in rows)
     behind = [r["label"] for r in rows if r["peer_ratio"] is not None and r["peer_ratio"] < 1 - within]
-    v = _values("fused_add_sweep")
-    page = _page("triton-rmsnorm-fused-add.md")
-    sentence = _sentence(page, "融合版在每个行宽上")
+    v = docs_tools.values("fused_add_sweep")
+    page = docs_tools.reader_text("triton-rmsnorm-fused-add.md")
+    sentence = docs_tools.sentence(page, "融合版在每个行宽上")
     assert sentence.startswith("融合版在每个行宽上都快于不融合") == every, sentence
-    peers = _sentence(page, "与最快的现成实现比")
+    peers = docs_tools.sentence(page, "与最快的现成实现比")
     assert behind == [v["lowest_peer_width"]], behind
     assert f"{v['level_or_ahead']} 个行宽持平或更快，只在 {v['lowest_peer_width']} 落后" in peers, peers
 
@@ -149,15 +131,15 @@ def test_compile_reading_follows_the_tie_rule():
     within = tie(data["config"])
     gpu = [r["ratio"] for r in report.ratios(data, "gpu")]
     host = [r["ratio"] for r in report.ratios(data, "host")]
-    v = _values("compile")
-    page = _page("triton-rmsnorm-fused-add.md")
-    sentence = _sentence(page, "编译也")
+    v = docs_tools.values("compile")
+    page = docs_tools.reader_text("triton-rmsnorm-fused-add.md")
+    sentence = docs_tools.sentence(page, "编译也")
     assert len(gpu) == len(data["results"]["cases"]) * 2
     assert sentence.startswith("编译也不改变它们的 GPU 时间") == all(abs(r - 1) <= within for r in gpu), sentence
     assert f"compiled ÷ eager 为 {v['gpu_ratio']}，都在 {v['tie']} 以内" in sentence
     for case in data["results"]["cases"]:  # the shapes the sentence names by hand
         assert f"{case['rows']}×{case['width']}" in sentence, case
-    assert ("有高有低" in _sentence(page, "含主机开销单独计时")) == (min(host) < 1 < max(host))
+    assert ("有高有低" in docs_tools.sentence(page, "含主机开销单独计时")) == (min(host) < 1 < max(host))
     assert all(c.get("graph_breaks") == 0 for c in data["results"]["cases"]) and v["graph_breaks"] == "0"
     assert f"图中断 {v['graph_breaks']} 次" in page
 
@@ -176,8 +158,8 @@ def test_host_reading_follows_the_timing_spread():
         mine, peer = e["fwd_bwd"]["triton"], e["fwd_bwd"]["torch_rms_norm"]
         verdict[e["label"]] = ("level" if not host.differ(mine, peer)
                                else "slower" if mine["wall_us"] > peer["wall_us"] else "faster")
-    page = _page("triton-rmsnorm-methods.md")
-    sentence = _sentence(page, "含主机开销时，本站 RMSNorm")
+    page = docs_tools.reader_text("triton-rmsnorm-methods.md")
+    sentence = docs_tools.sentence(page, "含主机开销时，本站 RMSNorm")
     slower = [s for s, w in verdict.items() if w == "slower"]
     assert f"在 {' 和 '.join(slower)} 上慢于 `F.rms_norm`" in sentence, (slower, sentence)
     assert f"只在 {'、'.join(s for s, w in verdict.items() if w == 'faster')} 上更快" in sentence
@@ -185,7 +167,7 @@ def test_host_reading_follows_the_timing_spread():
     assert f"{'、'.join(level)} 上两者的差别小于计时本身的波动" in sentence, level
     bound = all(e["fwd_bwd"]["triton"]["wall_us"] / e["fwd_bwd"]["triton"]["host_us"] - 1 < host.HOST_BOUND
                 for e in data["results"]["shapes"] if e["label"] in slower)
-    assert ("调用是主机受限的" in _sentence(page, "慢的两处")) == bound
+    assert ("调用是主机受限的" in docs_tools.sentence(page, "慢的两处")) == bound
     assert f"慢的{['一', '两', '三', '四'][len(slower) - 1]}处" in page
 
 
@@ -196,13 +178,13 @@ def test_host_breakdown_words():
     shapes = data["results"]["shapes"]
     share = [(e["ours"]["forward"]["host_us"] + e["ours"]["backward_direct"]["host_us"]) / e["fwd_bwd"]["triton"]["host_us"]
              for e in shapes]
-    page = _page("triton-rmsnorm-methods.md")
-    v = _values("host")
-    assert ("大部分花在 autograd 上" in _sentence(page, "这些主机时间")) == (max(share) < 0.5)
+    page = docs_tools.reader_text("triton-rmsnorm-methods.md")
+    v = docs_tools.values("host")
+    assert ("大部分花在 autograd 上" in docs_tools.sentence(page, "这些主机时间")) == (max(share) < 0.5)
     assert f"只占经 autograd 调用的 {v['direct_share']}" in page
     cheaper = all(e["ours"]["planned_launch"]["host_us"] < e["ours"]["one_launch"]["host_us"] and
                   e["ours"]["forward"]["host_us"] < e["ours"]["forward_usual"]["host_us"] for e in shapes)
-    sentence = _sentence(page, "Triton 的 `kernel[grid]` 发射一次")
+    sentence = docs_tools.sentence(page, "Triton 的 `kernel[grid]` 发射一次")
     assert (f"只要 {v['planned_launch']}" in sentence and f"从 {v['forward_usual']} 降到 {v['forward']}" in sentence) == cheaper
 
 
@@ -214,10 +196,10 @@ def test_host_time_does_not_show_in_the_step():
     data, step = store.load("host"), store.load("step")
     cost = host.step_cost(data, step)
     hidden = cost["extra_ms"] > 0 and cost["step_ms"] < cost["peer_ms"] and cost["disjoint"]
-    page = _page("triton-rmsnorm-methods.md")
-    v = _values("host")
-    assert ("这笔主机开销没有显出来" in _sentence(page, "在 GPU 受限的训练 step 里")) == hidden
-    sentence = _sentence(page, f"{v['step_layers']} 层训练 step")
+    page = docs_tools.reader_text("triton-rmsnorm-methods.md")
+    v = docs_tools.values("host")
+    assert ("这笔主机开销没有显出来" in docs_tools.sentence(page, "在 GPU 受限的训练 step 里")) == hidden
+    sentence = docs_tools.sentence(page, f"{v['step_layers']} 层训练 step")
     assert (f"step 却比 `F.rms_norm` 快 {v['step_gain']}，区间不重叠" in sentence) == hidden, sentence
 
 
@@ -229,11 +211,11 @@ def test_loss_curve_step_margin_is_small():
     data = store.load("loss_curve")
     cfg, res = data["config"], data["results"]
     margin = cfg["gate"]["step_rtol"] / max(res[v]["gate"]["max_rel_diff"] for v in cfg["variants"])
-    page = _page("triton-rmsnorm-methods.md")
+    page = docs_tools.reader_text("triton-rmsnorm-methods.md")
     assert "两个正确实现之间的最大逐步差只有它的五分之一" in page
     assert ("H200 上的余量小得多" in page) == (1 < margin < 5 / 2)
-    v = _values("loss_curve")
-    assert f"阈值只是后者的 {v['step_margin']} 倍" in _sentence(page, "正确的对照组逐步最多与 HF 差")
+    v = docs_tools.values("loss_curve")
+    assert f"阈值只是后者的 {v['step_margin']} 倍" in docs_tools.sentence(page, "正确的对照组逐步最多与 HF 差")
 
 
 def test_fsdp2_reading():
@@ -246,11 +228,11 @@ def test_fsdp2_reading():
 
     data = fsdp2.current(store.load("fsdp2"))
     cfg, res, facts = fsdp2.config(data), data["results"], fsdp2.article_facts(data)
-    page = _page("triton-rmsnorm-methods.md")
+    page = docs_tools.reader_text("triton-rmsnorm-methods.md")
     passed = facts["passed"] and facts["all_gated"] and not facts["failed"]
-    assert ("都通过了同一道 loss 门限" in _sentence(page, "补丁在两卡训练里同样成立")) == passed
+    assert ("都通过了同一道 loss 门限" in docs_tools.sentence(page, "补丁在两卡训练里同样成立")) == passed
     within = TIE_RULES["within_2pct"].within
-    sentence = _sentence(page, "fp32 权重 + bf16 autocast 下两个补丁")
+    sentence = docs_tools.sentence(page, "fp32 权重 + bf16 autocast 下两个补丁")
     for variant, words in (("amp", "fp32 权重 + bf16 autocast 下两个补丁"), ("bf16", "bf16 权重下")):
         hf = max(res[variant]["hf"]["median_step_ms"])
         steps = [max(res[variant][a]["median_step_ms"]) for a in cfg["gated"]]

@@ -9,28 +9,10 @@ another fails.
 """
 from __future__ import annotations
 
-import re
 
 import docs_tools
 from bench import store
 from bench.report.names import tie
-
-
-def _page(name: str) -> str:
-    """The page as the reader reads it: includes expanded, values put in, ``**`` dropped, whitespace folded."""
-    text = docs_tools.expand((docs_tools.DOCS / name).read_text(encoding="utf-8"))
-    return re.sub(r"\s+", " ", text.replace("**", ""))
-
-
-def _sentence(page: str, start: str, end: str = "。") -> str:
-    """The one sentence of ``page`` that begins with ``start``, up to its ``end``."""
-    assert page.count(start) == 1, f"{start!r} should begin exactly one sentence of the page"
-    at = page.index(start)
-    return page[at:page.index(end, at) + 1]
-
-
-def _values(report: str) -> dict:
-    return docs_tools._values_hook().load()[report]
 
 
 # ---------------------------------------------------------------- 篇 2 §二: the survey table's reading
@@ -43,7 +25,7 @@ def test_p2_survey_rmsnorm_has_the_most_choices():
     rmsnorm = sum("RMSNorm" in f for f in fuses)
     attention = sum("注意力" in f or "attention" in f for f in fuses)
     assert rmsnorm > attention >= 1
-    sentence = _sentence(_page("triton-rmsnorm.md"), "注意力用 sdpa 或 FlashAttention", "：")
+    sentence = docs_tools.sentence(docs_tools.reader_text("triton-rmsnorm.md"), "注意力用 sdpa 或 FlashAttention", "：")
     assert "整套算子用 Liger，单个 RMSNorm 选择最多：" in sentence
 
 
@@ -58,8 +40,8 @@ def test_p2_torch_rms_norm_forward_is_slower_everywhere():
     ratios = rmsnorm.torch_fwd_ratios(data)
     assert ratios and min(r["ratio"] for r in ratios) > 1 + tie(rmsnorm.config(data))
     assert {r["shape"]["width"] for r in ratios if r["shape"]["width"] <= 128} == {128}  # "128 宽的 q/k norm 行"
-    v = _values("rmsnorm")
-    sentence = _sentence(_page("triton-rmsnorm.md"), "不编译时，`F.rms_norm` 的 forward")
+    v = docs_tools.values("rmsnorm")
+    sentence = docs_tools.sentence(docs_tools.reader_text("triton-rmsnorm.md"), "不编译时，`F.rms_norm` 的 forward")
     assert sentence.startswith("不编译时，`F.rms_norm` 的 forward 处处慢于本站实现："), sentence
     assert f"宽行上用时是它的 {v['torch_fwd_wide']} 倍，128 宽的 q/k norm 行上是 {v['torch_fwd_narrow']} 倍" in sentence
 
@@ -72,9 +54,9 @@ def test_p2_loss_curve_every_setting_passes():
     data = store.load("loss_curve")
     gates = [data["results"][v]["gate"] for v in data["config"]["variants"]]
     assert all(g["passed"] for g in gates)
-    v = _values("loss_curve")
+    v = docs_tools.values("loss_curve")
     assert v["worst_final"] == f"{100 * max(g['final_rel_diff'] for g in gates):.2f}%"
-    sentence = _sentence(_page("triton-rmsnorm.md"), f"{v['steps']} 步训练，", "：")
+    sentence = docs_tools.sentence(docs_tools.reader_text("triton-rmsnorm.md"), f"{v['steps']} 步训练，", "：")
     assert sentence == f"{v['steps']} 步训练，{v['settings']} 种精度设置都通过门限，末段 loss 与 HF 最多差 {v['worst_final']}：", \
         sentence
 
@@ -94,8 +76,8 @@ def test_p2_width_sweep_reading_follows_the_tie_rule():
     rows = [r for r in width_sweep.per_width(data, "fwd") if r["ratio"] is not None]
     worst = min(rows, key=lambda r: r["ratio"])
     assert worst["width"] == fwd["worst"]["width"] and worst["ratio"] < level  # "最差在 H=…，是 … 的 …×"
-    v = _values("width_sweep")
-    sentence = _sentence(_page("triton-rmsnorm.md"), "forward + backward 在 " + v["fwd_bwd_level_or_ahead"])
+    v = docs_tools.values("width_sweep")
+    sentence = docs_tools.sentence(docs_tools.reader_text("triton-rmsnorm.md"), "forward + backward 在 " + v["fwd_bwd_level_or_ahead"])
     assert (f"forward + backward 在 {v['fwd_bwd_level_or_ahead']} 个上与最快的对比方案持平或更快（差 {v['tie']} "
             f"内算持平），只在 {v['fwd_bwd_behind']} 落后；forward 只有 {v['fwd_level_or_ahead']} 个，最差在 "
             f"{v['fwd_worst_width']}，是 {v['fwd_worst_peer']} 的 {v['fwd_worst_ratio']}。") == sentence, sentence
@@ -114,9 +96,9 @@ def test_p1_other_runs_gemm_rates_move_no_fusion_point():
     assert max(rates.values()) > roofline["results"]["ceilings"]["matmul"]["tflops"]
     assert rates["fullsize"] >= rates["qkv"]
     assert summary_p1.side_changes(roofline, summary_p1.ridge_at(roofline, rates["fullsize"])) == []
-    v = _values("p1")
-    sentence = _sentence(_page("qwen3-fusion.md"), "矩阵乘这一行只是")
-    rest = _page("qwen3-fusion.md").split(sentence, 1)[1].lstrip()
+    v = docs_tools.values("p1")
+    sentence = docs_tools.sentence(docs_tools.reader_text("qwen3-fusion.md"), "矩阵乘这一行只是")
+    rest = docs_tools.reader_text("qwen3-fusion.md").split(sentence, 1)[1].lstrip()
     assert sentence == (f"矩阵乘这一行只是一次运行、一个形状的中位数：篇 2 完整模型实验测到 {v['gemm_fullsize']}，"
                         f"番外二的 QKV 投影 GEMM 最高 {v['gemm_qkv']}。"), sentence
     assert rest.startswith(f"按前者算，屋脊点是 {v['gemm_top_ridge']}，下表各融合点都不换边。"), rest[:80]

@@ -95,6 +95,24 @@ def _values_hook():
     return module
 
 
+def reader_text(name: str) -> str:
+    """A page of docs/ as the reader reads it: includes expanded, values put in, ``**`` dropped, whitespace folded."""
+    text = expand((DOCS / name).read_text(encoding="utf-8"))
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def sentence(page: str, start: str, end: str = "。") -> str:
+    """The one sentence of ``page`` (reader_text) that begins with ``start``, up to its ``end``."""
+    assert page.count(start) == 1, f"{start!r} should begin exactly one sentence of the page"
+    at = page.index(start)
+    return page[at:page.index(end, at) + 1]
+
+
+def values(report: str) -> dict:
+    """The named values of one report, as the pages' {{ report.NAME }} read them."""
+    return _values_hook().load()[report]
+
+
 @dataclasses.dataclass
 class Fence:
     lineno: int          # 1-based line of the opening fence
