@@ -13,6 +13,9 @@ Three subclasses of transformers' Qwen3 classes, with HF's class names:
 * Qwen3DecoderLayer.forward(h, residual=None) returns (mlp_out, residual)
   un-added; the next layer's input norm (or the final norm) adds them.
 * Qwen3Model.forward: HF's, passing the pair along and fusing the last add.
+  Into a layer that activation checkpointing runs, it passes the sum instead:
+  the checkpoint keeps a layer's inputs, and a pair would be one more
+  batch x seq x hidden tensor per layer. That add is then not fused.
 
 Subclasses, not forwards assigned to HF's classes: since transformers 5.23,
 GradientCheckpointingLayer wraps a layer class's forward when the class is
@@ -146,10 +149,15 @@ class Qwen3Model(HF_MODEL):
 
         # Recording hidden states needs each layer's sum: the layers then return it.
         wanted = kwargs.get("output_hidden_states", self.config.output_hidden_states)
-        return_sum = wanted is not None and wanted is not False
+        record_sums = wanted is not None and wanted is not False
+        layers = self.layers[: self.config.num_hidden_layers]
         hidden_states, residual = inputs_embeds, None
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+        for i, decoder_layer in enumerate(layers):
+            # A checkpointed layer keeps its inputs until the backward: handing
+            # it the un-added pair would keep two tensors where HF keeps one.
+            # So the layer before it returns the sum (its add is not fused).
+            next_keeps_inputs = i + 1 < len(layers) and checkpointed(layers[i + 1])
             hidden_states, residual = decoder_layer(
                 hidden_states,  # positional: checkpointing's inputs
                 residual,
@@ -157,7 +165,7 @@ class Qwen3Model(HF_MODEL):
                 position_embeddings=position_embeddings,
                 position_ids=position_ids,
                 use_cache=use_cache,
-                return_sum=return_sum,
+                return_sum=record_sums or next_keeps_inputs,
                 **{CACHE: cache},
                 **kwargs,
             )
@@ -168,6 +176,12 @@ class Qwen3Model(HF_MODEL):
         return modeling_qwen3.BaseModelOutputWithPast(
             last_hidden_state=hidden_states, **{CACHE: cache if use_cache else None})
 # --8<-- [end:model]
+
+
+def checkpointed(layer) -> bool:
+    """Whether HF's checkpointing will run this layer (GradientCheckpointingLayer's test)."""
+    return bool(getattr(layer, "gradient_checkpointing", False) and layer.training
+                and torch.is_grad_enabled())
 
 
 FUSED = {HF_NORM: Qwen3RMSNorm, HF_LAYER: Qwen3DecoderLayer, HF_MODEL: Qwen3Model}

@@ -17,6 +17,7 @@ import transformers.models.qwen3.modeling_qwen3 as modeling_qwen3
 from transformers import Qwen3ForCausalLM
 
 from qwen3_configs import tiny_qwen3_config
+import qwen3_fused_add_patch
 from qwen3_fused_add_patch import (HF_LAYER, HF_MODEL, HF_NORM, apply_fused_add_rmsnorm,
                                    patch_qwen3_fused_add_rmsnorm)
 from qwen3_patch import patch_qwen3_rmsnorm
@@ -127,3 +128,55 @@ def test_the_count_sees_a_patch_that_loses_checkpointing(device, mlp_calls, monk
     mlp_calls.clear()
     step(model, device).backward()
     assert len(mlp_calls) == (LAYERS if wraps_forward else 2 * LAYERS)
+
+
+def kept_for_backward(model, device) -> int:
+    """Bytes of the distinct storages autograd keeps from one forward for the backward. Under
+    checkpointing that is, per layer, what the checkpoint keeps: the layer's inputs."""
+    sizes = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        sizes[storage.data_ptr()] = storage.nbytes()  # all alive until the backward: distinct addresses
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = step(model, device)
+    loss.backward()
+    return sum(sizes.values())
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False], ids=["reentrant", "non_reentrant"])
+@pytest.mark.parametrize("patch", ["fused_in_place", "fused_built"])
+def test_checkpointing_keeps_one_tensor_per_layer_boundary(patch, use_reentrant, device, monkeypatch):
+    """The fused add hands the next layer an un-added pair (delta, residual). A checkpointed layer keeps
+    its inputs until the backward, so a pair would keep one more batch x seq x hidden tensor at each of
+    the L - 1 boundaries between layers. The patch passes the sum into a checkpointed layer instead: it
+    keeps exactly what the plain Triton norm keeps. Forcing the pair shows the cost the rule removes."""
+    layers = 3
+    plain = build("plain", device, layers)
+    enable(plain, "gradient_checkpointing_enable", use_reentrant)
+    expected = kept_for_backward(plain, device)
+
+    fused = build(patch, device, layers)
+    enable(fused, "gradient_checkpointing_enable", use_reentrant)
+    assert kept_for_backward(fused, device) == expected
+
+    monkeypatch.setattr(qwen3_fused_add_patch, "checkpointed", lambda layer: False)  # pairs everywhere
+    boundary = 2 * 16 * fused.config.hidden_size * 4  # batch x seq x hidden, fp32 (step's batch)
+    assert kept_for_backward(fused, device) == expected + (layers - 1) * boundary
+
+
+def test_checkpointing_still_fuses_the_add_inside_each_layer(device, monkeypatch):
+    """With every layer checkpointed, each layer's post-attention add stays fused, and so does the last
+    layer's add into the final norm (that norm is not checkpointed); the adds between layers are not."""
+    layers = 3
+    model = build("fused_built", device, layers)
+    enable(model, "gradient_checkpointing_enable", False)
+    calls = []
+    fused = qwen3_fused_add_patch.fused_add_rms_norm
+    monkeypatch.setattr(qwen3_fused_add_patch, "fused_add_rms_norm",
+                        lambda *args, **kwargs: calls.append(1) or fused(*args, **kwargs))
+    loss = step(model, device)
+    assert len(calls) == layers + 1
+    loss.backward()
