@@ -2,8 +2,8 @@
 
     python -m bench.diag_gemm_spread --out DIR      # on a GPU: DIR/gemm-spread.json, a table on stdout
 
-Each shape is timed ``REPEATS`` times, each time as ``fullsize_job.gemm_ceiling_tflops`` does (random bf16
-operands, 3 warm-ups, the mean of 10 products between two CUDA events), so the spread is that of the number
+Each shape is timed ``REPEATS`` times by ``fullsize_job.gemm_rate_tflops``, as the full-size job times its ceiling
+(random bf16 operands, 3 warm-ups, the mean of 10 products between two CUDA events), so the spread is that of the number
 the MFU denominator and the roofline's roof were read from. Shapes: the 8192^3 product those use, and the
 lm_head GEMMs of the fused loss at the step's 16,384 tokens and Qwen3's vocabulary (the logits, d_hidden and
 d_weight products of one 1,024-token chunk at H = 4096).
@@ -17,6 +17,8 @@ import statistics
 
 import torch
 
+from bench.harness.fullsize_job import gemm_rate_tflops
+
 REPEATS = 12
 # (label, m, n, k): an (m x k) @ (k x n) product
 SHAPES = [("8192^3", 8192, 8192, 8192),
@@ -25,28 +27,13 @@ SHAPES = [("8192^3", 8192, 8192, 8192),
           ("d_weight 151936 x 4096, k=1024", 151936, 4096, 1024)]
 
 
-def rate_tflops(m: int, n: int, k: int, reps: int = 10) -> float:
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * m * n * k * reps / (start.elapsed_time(end) / 1e3) / 1e12
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args(argv)
     rows = []
     for label, m, n, k in SHAPES:
-        rates = [rate_tflops(m, n, k) for _ in range(REPEATS)]
+        rates = [gemm_rate_tflops(m, n, k) for _ in range(REPEATS)]
         rows.append({"shape": label, "m": m, "n": n, "k": k, "tflops": rates,
                      "min": min(rates), "median": statistics.median(rates), "max": max(rates)})
         print(f"{label:40s} min {min(rates):6.1f}  median {statistics.median(rates):6.1f}  max {max(rates):6.1f}")

@@ -217,12 +217,11 @@ def run_child(contender: str, args, out: pathlib.Path, name: str) -> None:
     write_child_record(contender, CONTENDERS[contender], lambda: measure_contender(contender, cfg, device, log=log), out, log)
 
 
-def gemm_ceiling_tflops(device: str, n: int = 8192, reps: int = 10) -> float | None:
-    """bf16 matmul rate on random data, n^3, mean of ``reps`` after 3 warm-ups (the MFU denominator)."""
-    if device != "cuda":
-        return None
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+def gemm_rate_tflops(m: int, n: int, k: int, reps: int = 10) -> float:
+    """bf16 rate of an (m x k) @ (k x n) product on random data, on CUDA: the mean of ``reps`` products
+    between two CUDA events, after 3 warm-ups."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         a @ b
     torch.cuda.synchronize()
@@ -232,7 +231,12 @@ def gemm_ceiling_tflops(device: str, n: int = 8192, reps: int = 10) -> float | N
         a @ b
     end.record()
     torch.cuda.synchronize()
-    return 2 * n**3 * reps / (start.elapsed_time(end) / 1e3) / 1e12
+    return 2 * m * n * k * reps / (start.elapsed_time(end) / 1e3) / 1e12
+
+
+def gemm_ceiling_tflops(device: str, n: int = 8192, reps: int = 10) -> float | None:
+    """The n^3 bf16 product's rate (gemm_rate_tflops): the MFU denominator's companion; None off CUDA."""
+    return gemm_rate_tflops(n, n, n, reps) if device == "cuda" else None
 
 
 def summarise(record: dict, cfg: dict, ceiling: float | None) -> dict:
