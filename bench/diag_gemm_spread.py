@@ -3,8 +3,8 @@
     python -m bench.diag_gemm_spread --out DIR      # on a GPU: DIR/gemm-spread.json, a table on stdout
 
 Each shape is timed ``REPEATS`` times by ``fullsize_job.gemm_rate_tflops``, as the full-size job times its ceiling
-(random bf16 operands, 3 warm-ups, the mean of 10 products between two CUDA events), so the spread is that of the number
-the MFU denominator and the roofline's roof were read from. Shapes: the 8192^3 product those use, and the
+(random bf16 operands, 3 warm-ups, the mean of 10 products between two CUDA events), so the spread is that of the
+measured GEMM rate the roofline's roof and the full-size caption give. Shapes: the 8192^3 product those use, and the
 lm_head GEMMs of the fused loss at the step's 16,384 tokens and Qwen3's vocabulary (the logits, d_hidden and
 d_weight products of one 1,024-token chunk at H = 4096).
 """
