@@ -217,6 +217,11 @@ def run_child(contender: str, args, out: pathlib.Path, name: str) -> None:
     write_child_record(contender, CONTENDERS[contender], lambda: measure_contender(contender, cfg, device, log=log), out, log)
 
 
+# What the fused add hands a checkpointed layer (snippets/qwen3_fused_add_patch.py); records without this key
+# measured the patch that handed every layer the un-added pair.
+FUSED_ADD_BOUNDARY = "the sum into a layer that checkpointing runs, the un-added pair otherwise"
+
+
 def gemm_rate_tflops(m: int, n: int, k: int, reps: int = 10) -> float:
     """bf16 rate of an (m x k) @ (k x n) product on random data, on CUDA: the mean of ``reps`` products
     between two CUDA events, after 3 warm-ups."""
@@ -297,6 +302,7 @@ def run(args, name: str, default_contenders=None) -> dict:
                tie_rule=TIE_RULE, budget_s=budget_s, gemm_ceiling_tflops=ceiling,
                optimizer="torch.optim.AdamW(fused=True), bf16 parameters, gradients and states",
                checkpointing="gradient_checkpointing_enable(use_reentrant=False), every decoder layer",
+               fused_add_boundary=FUSED_ADD_BOUNDARY,
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
                interval=f"{stats.CONFIDENCE:.0%} bootstrap of the median over the timed steps (one process)",
                flops=("per token: 6 x matmul parameters (decoder projections + lm_head) + 6 x layers x T x "

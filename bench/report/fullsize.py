@@ -34,6 +34,9 @@ LABELS = {
     "fusion_set_loss_compile": "本站融合集 + 融合 loss + regional compile",
 }
 
+# The contenders whose patches fuse the residual add.
+FUSED_ADD_CONTENDERS = ("triton_fused_add", "fusion_set", "fusion_set_loss", "fusion_set_loss_compile")
+
 # What the record's config says, in the caption's words. A config string not listed here fails the render:
 # a changed setup needs new words, never the old ones.
 CONFIG_ZH = {
@@ -44,6 +47,7 @@ CONFIG_ZH = {
     "step": {"forward with labels (loss) + backward + AdamW(fused) step + zero_grad(set_to_none=True); "
              "activation checkpointing on every decoder layer":
              "一步 = 带 labels 的 forward + backward + AdamW 更新 + zero_grad"},
+    "fused_add_boundary": {"the sum into a layer that checkpointing runs, the un-added pair otherwise": ""},
     "compile_scope": {"regional: torch.compile on each decoder layer and on the final norm":
                       "regional compile = 每个 decoder 层和最后的 norm 各自 torch.compile"},
     "interval": {"95% bootstrap of the median over the timed steps (one process)":
@@ -140,6 +144,12 @@ def caption(data: dict) -> str:
          if (peak := peak_tflops(data)) else "没有这张卡的 bf16 峰值，MFU 未算"),
         f"{env['gpu']} 上测量；区间、FLOPs 与排序规则见测法页",
     ]
+    fused = [r for r in rows(data) if r["contender"] in FUSED_ADD_CONTENDERS and r["status"] == "ok"]
+    if fused and "fused_add_boundary" not in cfg:  # measured before the patch passed sums into checkpointed layers
+        parts.append(prose.join(r["label"] for r in fused) + ("一行" if len(fused) == 1 else "几行")
+                     + "测的是把残差加法跨层融合的旧补丁：层与层之间传两个张量，激活检查点在每个层边界多存一个（番外 §七）")
+    elif fused:
+        config_zh(cfg, "fused_add_boundary")  # a boundary rule the words below do not know fails the render
     return "；".join(parts) + "。"
 
 

@@ -227,3 +227,18 @@ def test_the_full_model_beats_the_8_layer_amdahl_bound():
     full, step = store.load("fullsize")["results"], store.load("step")
     eager = next(r for r in step_report.contender_rows(step) if r["contender"] == "eager")
     assert eager["bound"] and full["eager"]["median_ms"] / full["triton"]["median_ms"] > eager["bound"]
+
+
+def test_the_caption_says_which_fused_add_boundary_was_measured(committed):
+    """fullsize.json predates fused_add_boundary: its fused-add row measured the patch that paired the adds
+    across every layer boundary, and the caption says so. A record with today's rule has no such words; a rule
+    the report has no words for fails the render."""
+    data, _ = _data(committed)
+    assert "fused_add_boundary" not in data["config"] and data["results"]["triton_fused_add"]["status"] == "ok"
+    note = "本站 RMSNorm + 融合残差加法一行测的是把残差加法跨层融合的旧补丁"
+    assert note in report.caption(data)
+    data["config"]["fused_add_boundary"] = fullsize_job.FUSED_ADD_BOUNDARY
+    assert "跨层融合" not in report.caption(data)
+    data["config"]["fused_add_boundary"] = "something else"
+    with pytest.raises(KeyError, match="fused_add_boundary"):
+        report.caption(data)
