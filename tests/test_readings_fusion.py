@@ -15,6 +15,37 @@ from bench import store
 from bench.report.names import TIE_RULES, tie
 
 
+def _containing(page: str, anchor: str) -> str:
+    """The one sentence of ``page`` (reader_text) that holds ``anchor``, from the 。 before it to the 。 after it."""
+    assert page.count(anchor) == 1, f"{anchor!r} should occur exactly once on the page"
+    at = page.index(anchor)
+    return page[page.rfind("。", 0, at) + 1:page.index("。", at) + 1].strip()
+
+
+# ---------------------------------------------------------------- 篇 1 §3.2: the profiled step
+
+def test_p1_profiled_step_reads_as_an_upper_bound():
+    """"比不开 profiler 的中位数 … 长 …": the profiled step's kernel span is beyond the unprofiled steps' p80, not only
+    their median; "空隙偏宽，只能当上界": the profiled step's GPU idle time is more than the most the median
+    unprofiled step can idle (its length less the same kernel time, "空等最多")."""
+    from bench.report import summary_p1
+
+    over = summary_p1.profile_overhead(store.load("p1_profile"))
+    longer = over["span_ms"] > over["step_p80_ms"]
+    wider = over["idle_ms"] > over["unprofiled_idle_ms"]
+    v = docs_tools.values("p1")
+    page = docs_tools.reader_text("qwen3-fusion.md")
+    bound = docs_tools.sentence(page, "开着 profiler 时图上的空隙")
+    assert bound.startswith(f"开着 profiler 时图上的空隙{'偏宽，只能当上界' if wider else '与不开时相当'}"), bound
+    sentence = docs_tools.sentence(page, "图和 §3.3 的表取自同一个 step")
+    assert (f"比不开 profiler 的中位数 {v['step_median']} 长 {v['profiled_extra']}" in sentence) == longer, sentence
+    assert f"跨了 {v['profiled_span']}" in sentence
+    assert f"GPU 空等 {v['profiled_idle']}（忙碌 {v['profiled_busy']}）" in sentence
+    rest = docs_tools.sentence(page, "不开 profiler 时，同样")
+    assert (f"同样 {v['kernel_time']} 的 kernel 落在 {v['step_median']} 里，空等最多 {v['unprofiled_idle']}"
+            f"（忙碌 {v['unprofiled_busy']}）") in rest, rest
+
+
 # ---------------------------------------------------------------- 篇 1 §五: the SwiGLU bullet
 
 def test_p1_swiglu_saves_least_of_the_ranked_points():
