@@ -1,4 +1,5 @@
-"""The hand-written readings of 篇 1 §五, 番外二 §五–§六, 番外 §六–§七 and the RMSNorm methods page.
+"""The hand-written readings of 篇 1 §3.2 and §五, 番外二 §五–§六, 番外 §六–§七 and the two methods pages (RMSNorm;
+番外's torch.compile section).
 
 Each reading is prose written on the page with its numbers looked up from the data ({{ report.name }}). Every
 comparison word in it ("只省", "快于", "持平", "落后", "慢于", "多半", "大部分"...) is checked here twice: against the
@@ -173,6 +174,33 @@ def test_compile_reading_follows_the_tie_rule():
     assert ("有高有低" in docs_tools.sentence(page, "含主机开销单独计时")) == (min(host) < 1 < max(host))
     assert all(c.get("graph_breaks") == 0 for c in data["results"]["cases"]) and v["graph_breaks"] == "0"
     assert f"图中断 {v['graph_breaks']} 次" in page
+
+
+def test_compile_methods_reading_follows_the_tie_rule():
+    """The methods page, above compile.md: "编译不改变两个模块的 GPU 时间 … 都在 2% 以内" (every group's GPU-time ratio
+    within the run's tie of 1, the rule of 番外 §七); "有高有低": the host-inclusive ratios fall on both sides of 1;
+    "说明不了快慢": the host-inclusive time is above the GPU time in every group and spreads far wider."""
+    from bench.report import compile as report
+
+    data = store.load("compile")
+    within = tie(data["config"])
+    gpu = [r["ratio"] for r in report.ratios(data, "gpu")]
+    host = [r["ratio"] for r in report.ratios(data, "host")]
+    over, spread = report._host_spread(data)
+    v = docs_tools.values("compile")
+    page = docs_tools.reader_text("triton-rmsnorm-extras-methods.md")
+    sentence = _containing(page, f"compiled ÷ eager 为 {v['gpu_ratio']}")
+    level = all(abs(r - 1) <= within for r in gpu)
+    assert sentence.startswith(f"编译{'不改变' if level else '改变了'}两个模块的 GPU 时间"), sentence
+    assert (f"{v['gpu_groups']} 组的 compiled ÷ eager 为 {v['gpu_ratio']}，都在 {v['tie']} 以内" in sentence) == level
+    assert v["gpu_groups"] == str(len(gpu))
+    host_sentence = _containing(page, f"forward {v['host_fwd_ratio']}，forward + backward {v['host_fwd_bwd_ratio']}")
+    assert ("含主机开销的比值有高有低" in host_sentence) == (min(host) < 1 < max(host)), host_sentence
+    says_little = min(over) > 1 and max(spread["host"]) > 5 * max(spread["gpu"])
+    assert ("说明不了快慢" in host_sentence) == says_little, host_sentence
+    assert (f"用时是同组 GPU 时间的 {v['host_over_gpu']} 倍，p20–p80 区间最宽为中位数的 {v['host_spread']}"
+            f"（GPU 时间不超过 {v['gpu_spread']}）") in host_sentence
+    assert f"图中断 {v['graph_breaks']} 次" in page and all(c.get("graph_breaks") == 0 for c in data["results"]["cases"])
 
 
 # ---------------------------------------------------------------- the methods page: host time per call
