@@ -23,7 +23,7 @@ import docs_tools
 import prose_count
 
 ARTICLES = ["docs/qwen3-fusion.md", "docs/triton-rmsnorm.md", "docs/triton-rmsnorm-fused-add.md",
-            "docs/qwen3-qk-rope-swiglu.md"]
+            "docs/qwen3-qk-rope-swiglu.md", "docs/qwen3-fused-loss.md"]
 
 # Words and marks an article must not show. Boundaries are ASCII-only: in Python a Han
 # character is a word character, so \b would miss "CI上".

@@ -1,18 +1,19 @@
-"""The hand-written readings of 番外二 §四, §五 and §七 that replaced generated sentences.
+"""The hand-written readings of 番外二 §三–§七 (and the methods page's FMA reading) that replaced generated sentences.
 
 Each reading is prose on the page with its numbers looked up from the data ({{ fusion.NAME }},
 bench/report/fusion_page.py ``summary_values``). Every comparison word in it ("快于", "慢", "全部逐位相同",
-"只有", "只快", "仍比 … 慢", "远小于") is checked here twice: against the committed data with the tie rule of its
-run (fusion.json's 2 % op-level rule; step_fusion.json's resolution for the QKV merge's saving), and in the page's
-sentence as the reader sees it (includes expanded, values put in). The word a test expects is the word the data
-allows, so a page that says another fails.
+"只有", "只快", "仍比 … 慢", "远小于", "改变了", "持平") is checked here twice: against the committed data with the
+tie rule of its run (fusion.json's 2 % op-level rule; step_fusion.json's disjoint 95 % intervals and its resolution
+for the QKV merge's saving; the QK probe's shares for FMA contraction), and in the page's sentence as the reader
+sees it (includes expanded, values put in). The word a test expects is the word the data allows, so a page that says
+another fails.
 """
 from __future__ import annotations
 
 
 import docs_tools
 from bench import store
-from bench.report import fusion, fusion_page
+from bench.report import fusion, fusion_page, step_fusion
 from bench.report.names import tie
 
 PAGE = "qwen3-qk-rope-swiglu.md"
@@ -24,6 +25,36 @@ def _values() -> dict:
 
 def _probe() -> dict:
     return fusion_page.probes(store.load("fusion"))[1]
+
+
+# ---------------------------------------------------------------- §三: FMA contraction and the QK kernel's bits
+
+def test_fma_reading():
+    """"FMA 收缩改变了 RoPE 的舍入": with contraction on, the RoPE stage (HF's RoPE on our normed output) loses HF's bits
+    and the norm alone does not; with it off the RoPE stage agrees everywhere ("关掉后 RoPE 一步全部相同");
+    "只有 X … 也只有 Y": fewer than all outputs agree with it on; "剩下的差异在归一化一步就已出现": with it off what
+    is left is exactly the norm stage's. The methods page says the same in its own words ("差异出在 RoPE 一步",
+    "与只做归一化时一样")."""
+    qk = fusion_page.probes(store.load("fusion"))[0]
+    on, off = qk["fma_on"], qk["fma_off"]
+    at_rope = on["rope_stage_equal"] < on["norm_only_equal"] == off["norm_only_equal"]
+    changed = at_rope and off["rope_stage_equal"] == 1
+    left_at_norm = off["whole_equal"] == off["norm_only_equal"] < 1
+    v = _values()
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "FMA 收缩")
+    assert sentence.startswith(f"FMA 收缩{'改变了' if changed else '没有改变'} RoPE 的舍入"), sentence
+    assert (f"打开时 bf16 输出只有 {v['fma_on_whole']} 与 HF 逐位相同" in sentence) == (on["whole_equal"] < 1)
+    assert (f"HF 的 RoPE 接在本站归一化之后也只有 {v['fma_on_rope']}" in sentence) == (on["rope_stage_equal"] < 1)
+    assert ("关掉后 RoPE 一步全部相同" in sentence) == (off["rope_stage_equal"] == 1), sentence
+    assert f"整体 {v['fma_off_whole']} 相同" in sentence
+    assert ("剩下的差异在归一化一步就已出现" in sentence) == left_at_norm, sentence
+    methods = docs_tools.reader_text("triton-rmsnorm-extras-methods.md")
+    first = docs_tools.sentence(methods, "FMA 收缩打开时")
+    assert f"只有 {v['fma_on_whole']} 与 HF 逐位相同" in first and f"也只有 {v['fma_on_rope']}" in first
+    assert ("差异出在 RoPE 一步" in first) == at_rope, first
+    second = docs_tools.sentence(methods, "关掉收缩后")
+    assert ("RoPE 一步全部相同" in second) == (off["rope_stage_equal"] == 1), second
+    assert ("与只做归一化时一样：剩下的差异在归一化一步就已出现" in second) == left_at_norm, second
 
 
 # ---------------------------------------------------------------- §五: the forward + backward tables' readings
@@ -82,6 +113,23 @@ def test_swiglu_bits_reading():
     assert ("全部逐位相同" in sentence) == ours, sentence
     assert (f"`torch.compile(HF)` 只有 {v['swiglu_compile_bits']}" in sentence) == (compiled < 1), sentence
     assert v["swiglu_probe_widths"] == "、".join(f"I={w}" for w in sorted(shipped, key=int))
+
+
+# ---------------------------------------------------------------- §六: ours against Liger in a training step
+
+def test_step_pairs_are_level():
+    """"三对都持平，区间都重叠": each of the run's pairs (ours against Liger's in the same place, the set against
+    Liger's patch) ran and is level by the step's rule: its two 95 % intervals overlap (``step_fusion.wins`` is None)."""
+    data = store.load("step_fusion")
+    rows = step_fusion.rows_by_contender(data)
+    pairs = data["config"]["pairs"]
+    ran = all(rows[name]["status"] == "ok" for pair in pairs for name in pair)
+    wins = step_fusion.wins(data)
+    assert len(pairs) == 3 and ran  # "三对": the page names three pairs, all of which ran
+    word = ("都持平，区间都重叠" if all(w is None for w in wins.values())
+            else "都更快" if all(wins.values()) else "有快有慢")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "三对")
+    assert sentence.startswith(f"三对{word}"), (wins, sentence)
 
 
 # ---------------------------------------------------------------- §七: the merged QKV projection

@@ -1,4 +1,5 @@
-"""The hand-written readings of 篇 1 §五, 番外二 §五–§六, 番外 §六–§七 and the RMSNorm methods page.
+"""The hand-written readings of 篇 1 §3.2 and §五, 番外二 §五–§六, 番外 §六–§七 and the two methods pages (RMSNorm;
+番外's torch.compile section).
 
 Each reading is prose written on the page with its numbers looked up from the data ({{ report.name }}). Every
 comparison word in it ("只省", "快于", "持平", "落后", "慢于", "多半", "大部分"...) is checked here twice: against the
@@ -13,6 +14,37 @@ from __future__ import annotations
 import docs_tools
 from bench import store
 from bench.report.names import TIE_RULES, tie
+
+
+def _containing(page: str, anchor: str) -> str:
+    """The one sentence of ``page`` (reader_text) that holds ``anchor``, from the 。 before it to the 。 after it."""
+    assert page.count(anchor) == 1, f"{anchor!r} should occur exactly once on the page"
+    at = page.index(anchor)
+    return page[page.rfind("。", 0, at) + 1:page.index("。", at) + 1].strip()
+
+
+# ---------------------------------------------------------------- 篇 1 §3.2: the profiled step
+
+def test_p1_profiled_step_reads_as_an_upper_bound():
+    """"比不开 profiler 的中位数 … 长 …": the profiled step's kernel span is beyond the unprofiled steps' p80, not only
+    their median; "空隙偏宽，只能当上界": the profiled step's GPU idle time is more than the most the median
+    unprofiled step can idle (its length less the same kernel time, "空等最多")."""
+    from bench.report import summary_p1
+
+    over = summary_p1.profile_overhead(store.load("p1_profile"))
+    longer = over["span_ms"] > over["step_p80_ms"]
+    wider = over["idle_ms"] > over["unprofiled_idle_ms"]
+    v = docs_tools.values("p1")
+    page = docs_tools.reader_text("qwen3-fusion.md")
+    bound = docs_tools.sentence(page, "开着 profiler 时图上的空隙")
+    assert bound.startswith(f"开着 profiler 时图上的空隙{'偏宽，只能当上界' if wider else '与不开时相当'}"), bound
+    sentence = docs_tools.sentence(page, "图和 §3.3 的表取自同一个 step")
+    assert (f"比不开 profiler 的中位数 {v['step_median']} 长 {v['profiled_extra']}" in sentence) == longer, sentence
+    assert f"跨了 {v['profiled_span']}" in sentence
+    assert f"GPU 空等 {v['profiled_idle']}（忙碌 {v['profiled_busy']}）" in sentence
+    rest = docs_tools.sentence(page, "不开 profiler 时，同样")
+    assert (f"同样 {v['kernel_time']} 的 kernel 落在 {v['step_median']} 里，空等最多 {v['unprofiled_idle']}"
+            f"（忙碌 {v['unprofiled_busy']}）") in rest, rest
 
 
 # ---------------------------------------------------------------- 篇 1 §五: the SwiGLU bullet
@@ -142,6 +174,33 @@ def test_compile_reading_follows_the_tie_rule():
     assert ("有高有低" in docs_tools.sentence(page, "含主机开销单独计时")) == (min(host) < 1 < max(host))
     assert all(c.get("graph_breaks") == 0 for c in data["results"]["cases"]) and v["graph_breaks"] == "0"
     assert f"图中断 {v['graph_breaks']} 次" in page
+
+
+def test_compile_methods_reading_follows_the_tie_rule():
+    """The methods page, above compile.md: "编译不改变两个模块的 GPU 时间 … 都在 2% 以内" (every group's GPU-time ratio
+    within the run's tie of 1, the rule of 番外 §七); "有高有低": the host-inclusive ratios fall on both sides of 1;
+    "说明不了快慢": the host-inclusive time is above the GPU time in every group and spreads far wider."""
+    from bench.report import compile as report
+
+    data = store.load("compile")
+    within = tie(data["config"])
+    gpu = [r["ratio"] for r in report.ratios(data, "gpu")]
+    host = [r["ratio"] for r in report.ratios(data, "host")]
+    over, spread = report._host_spread(data)
+    v = docs_tools.values("compile")
+    page = docs_tools.reader_text("triton-rmsnorm-extras-methods.md")
+    sentence = _containing(page, f"compiled ÷ eager 为 {v['gpu_ratio']}")
+    level = all(abs(r - 1) <= within for r in gpu)
+    assert sentence.startswith(f"编译{'不改变' if level else '改变了'}两个模块的 GPU 时间"), sentence
+    assert (f"{v['gpu_groups']} 组的 compiled ÷ eager 为 {v['gpu_ratio']}，都在 {v['tie']} 以内" in sentence) == level
+    assert v["gpu_groups"] == str(len(gpu))
+    host_sentence = _containing(page, f"forward {v['host_fwd_ratio']}，forward + backward {v['host_fwd_bwd_ratio']}")
+    assert ("含主机开销的比值有高有低" in host_sentence) == (min(host) < 1 < max(host)), host_sentence
+    says_little = min(over) > 1 and max(spread["host"]) > 5 * max(spread["gpu"])
+    assert ("说明不了快慢" in host_sentence) == says_little, host_sentence
+    assert (f"用时是同组 GPU 时间的 {v['host_over_gpu']} 倍，p20–p80 区间最宽为中位数的 {v['host_spread']}"
+            f"（GPU 时间不超过 {v['gpu_spread']}）") in host_sentence
+    assert f"图中断 {v['graph_breaks']} 次" in page and all(c.get("graph_breaks") == 0 for c in data["results"]["cases"])
 
 
 # ---------------------------------------------------------------- the methods page: host time per call

@@ -1,5 +1,6 @@
-"""compile.json -> our modules under torch.compile: the methods page's table and the figures of the article's
-hand-written reading (``values``: {{ compile.NAME }}).
+"""compile.json -> our modules under torch.compile: the methods page's table (with its caption; the sentence
+above it is written by hand) and the figures of the hand-written readings on 番外 §七 and the methods page
+(``values``: {{ compile.NAME }}; tests/test_readings_fusion.py checks their words).
 
 Per case (module × shape) and phase: eager's GPU time and its share of the copy ceiling, compiled ÷ eager
 of the GPU time (the profiler's device time per call) and of the host-inclusive time (do_bench of eager
@@ -63,67 +64,12 @@ def graph_breaks(data) -> dict:
     return {"counts": counts, "not_counted": missing}
 
 
-def _breaks_words(data) -> str:
-    found = graph_breaks(data)
-    counts = set(found["counts"].values())
-    if not found["counts"]:
-        return "图中断未统计"
-    text = (f"图中断 {counts.pop()} 次" if len(counts) == 1
-            else "图中断 " + prose.join(f"{k} {v} 次" for k, v in found["counts"].items()))
-    if found["not_counted"]:
-        text += f"（{prose.join(found['not_counted'])} 未统计）"
-    return text
-
-
-def _gpu_words(data) -> str:
-    """How compiled compares with eager in GPU time, against the run's tie rule."""
-    cfg = data["config"]
-    rows = ratios(data, "gpu")
-    within = 1 + tie(cfg)
-    if not rows:  # _missing says why
-        return ""
-    over = [r for r in rows if r["ratio"] > within]
-    text = f"GPU 时间 compiled ÷ eager 为 {prose.times_span([r['ratio'] for r in rows], 3)}"
-    if not over:
-        return text + f"，全部 {len(rows)} 组都在 eager 的 {prose.pct(tie(cfg))} 以内或更快"
-    return text + (f"，{len(over)} 组慢于 eager 超过 {prose.pct(tie(cfg))}："
-                   + prose.join(f"{r['label']} {PHASES[r['phase']]} {r['ratio']:.3f}" for r in over))
-
-
-def _host_words(data) -> str:
-    parts = []
-    for phase in data["config"]["phases"]:
-        rows = [r for r in ratios(data, "host") if r["phase"] == phase]
-        if rows:
-            parts.append(prose.glue(PHASES[phase], prose.times_span((r["ratio"] for r in rows), 2)))
-    return "含主机开销（do_bench 计时的 eager 调用）的比值为 " + "，".join(parts) if parts else ""
-
-
-def _host_bound_words(data) -> str:
-    """Why the host-inclusive ratio says little: per (case, mode, phase) with both timers, the host-inclusive
-    median ÷ the GPU-time median (above 1: the host's work outlasts the device's), and the widest host-inclusive
-    p20–p80 range as a share of its median, next to the GPU time's widest."""
-    over, spread = _host_spread(data)
-    if not over:
-        return ""
-    text = f"含主机开销的用时是同组 GPU 时间的 {prose.times_span(over, 2)} 倍"
-    if spread["host"] and spread["gpu"]:
-        text += (f"，p20–p80 区间最宽为中位数的 {prose.pct(max(spread['host']))}"
-                 f"（GPU 时间不超过 {prose.pct(max(spread['gpu']))}）")
-    return text
-
-
 def _missing(data) -> str:
+    """The caption's note on a case where compiled has no result, with its error (the row shows "—")."""
     missing = [c for c in data["results"]["cases"] if "compiled" not in c]
     if not missing:
         return ""
-    return prose.glue("compiled 在 " + prose.join(f"{case_label(c)}（{_error(c)}）" for c in missing), "上没有结果")
-
-
-def takeaway(data) -> str:
-    parts = [p for p in (_gpu_words(data), _host_words(data), _host_bound_words(data), _breaks_words(data),
-                         _missing(data)) if p]
-    return "torch.compile(fullgraph=True) 对 eager：" + "；".join(parts) + "。"
+    return prose.glue("compiled 在 " + prose.join(f"{case_label(c)}（{_error(c)}）" for c in missing), "上没有结果。")
 
 
 def caption(data) -> str:
@@ -137,7 +83,7 @@ def caption(data) -> str:
     types = sorted({t for c in res["cases"] for t in c.get("eps_types", [])})
     if types:
         text += f"Inductor 生成的代码里 eps 的类型：{prose.join(types)}（kernel 先把它转成计算精度）。"
-    return text
+    return text + _missing(data)
 
 
 def _table(data) -> str:
@@ -155,7 +101,7 @@ def _table(data) -> str:
                          str(breaks) if breaks is not None else "—"])
     table = tables.md_table(["模块与形状", "方向", "eager GPU 时间（µs，占拷贝上限）", "compiled ÷ eager：GPU 时间",
                              "compiled ÷ eager：含主机开销", "图中断（次）"], body, "llrrrr")
-    return prose.page(table, caption(data), takeaway(data))
+    return prose.page(table, caption(data))
 
 
 def _host_spread(data) -> tuple[list[float], dict]:
@@ -180,8 +126,10 @@ def render(data: dict) -> dict[str, str]:
 
 
 def values(data: dict) -> dict[str, str]:
-    """{{ compile.NAME }}: the figures of the article's hand-written reading: the graph breaks (when every case
-    counted the same), the compiled ÷ eager ratios of the GPU time and of the host-inclusive time, the tie rule."""
+    """{{ compile.NAME }}: the figures of the hand-written readings (the article's and the methods page's): the
+    graph breaks (when every case counted the same), the compiled ÷ eager ratios of the GPU time (and how many
+    groups) and of the host-inclusive time (all, and per phase), how far the host-inclusive time sits above the GPU
+    time and the widest p20–p80 range of each timer as a share of its median, the tie rule."""
     gpu, host = ratios(data, "gpu"), ratios(data, "host")
     out = {"tie": prose.pct(tie(data["config"]))}
     found = graph_breaks(data)
@@ -189,6 +137,17 @@ def values(data: dict) -> dict[str, str]:
         out["graph_breaks"] = str(next(iter(found["counts"].values())))
     if gpu:
         out["gpu_ratio"] = prose.times_span([r["ratio"] for r in gpu], 3)
+        out["gpu_groups"] = str(len(gpu))
     if host:
         out["host_ratio"] = prose.times_span([r["ratio"] for r in host], 2)
+        for phase in data["config"]["phases"]:
+            rows = [r["ratio"] for r in host if r["phase"] == phase]
+            if rows:
+                out[f"host_{phase}_ratio"] = prose.times_span(rows, 2)
+    over, spread = _host_spread(data)
+    if over:
+        out["host_over_gpu"] = prose.times_span(over, 2)
+    if spread["host"] and spread["gpu"]:
+        out["host_spread"] = prose.pct(max(spread["host"]))
+        out["gpu_spread"] = prose.pct(max(spread["gpu"]))
     return out

@@ -5,13 +5,13 @@ fusion.json, step_fusion.json (the fusion set in a training step) and two commit
 them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lines after its script), and renders
 
 * fusion_page_env.md: the 实验环境 box (both data files' environments);
-* fusion_page_fma.md: what FMA contraction did to the QK kernel's bits (the QK probe);
 * fusion_page_probe_table.md, fusion_page_provenance.md: the methods page's probe table and data files;
 
 and ``summary_values(load)``, the figures the page's hand-written 要点 and readings write ({{ fusion.NAME }}),
 among them the merged QKV projection's saving per step (fusion.json's qkv kernel against step_fusion.json's
-resolution) and the SwiGLU probe's bits and times;
-tests/test_readings_fusion.py checks their comparison words against the data.
+resolution), what FMA contraction did to the QK kernel's bits (the QK probe) and the SwiGLU probe's bits and
+times; tests/test_readings_fusion.py and tests/test_readings_extras.py check their comparison words against the
+data.
 
 The tables themselves are bench/report/fusion.py's (``fusion_<kernel>_<phase>.md``).
 """
@@ -103,18 +103,6 @@ def probe_output(text: str) -> dict:
     return out
 
 
-def fma_sentence(qk: dict) -> str:
-    on, off = qk["fma_on"], qk["fma_off"]
-    rope = "全部" if off["rope_stage_equal"] == 1 else f"{prose.pct(off['rope_stage_equal'], 1)} "
-    text = (f"H200 上的一次诊断里，FMA 收缩打开时，融合 kernel 的 bf16 输出只有 {prose.pct(on['whole_equal'], 1)} "
-            f"与 HF 逐位相同，差异出在 RoPE 一步（把 HF 的 RoPE 作用在本站归一化的结果上，也只有 "
-            f"{prose.pct(on['rope_stage_equal'], 1)} 相同）；关掉收缩后，RoPE 一步{rope}相同，整体 "
-            f"{prose.pct(off['whole_equal'], 3)} 相同")
-    if off["whole_equal"] == off["norm_only_equal"] < 1:
-        text += "，剩下的差异在归一化一步就已出现"
-    return text + "。\n"
-
-
 def _widths(sw: dict) -> list[str]:
     return sorted(sw["shipped"], key=int)
 
@@ -161,10 +149,9 @@ def swiglu_probe(sw: dict) -> dict:
 
 def render_summary(load) -> dict[str, str]:
     data, step = load("fusion"), load(step_fusion.NAME)
-    qk, sw = probes(data)
+    _, sw = probes(data)
     return {
         "fusion_page_env.md": env_box(data, step),
-        "fusion_page_fma.md": fma_sentence(qk),
         "fusion_page_probe_table.md": probe_table(sw),
         "fusion_page_provenance.md": provenance(data, step),
     }
@@ -199,7 +186,11 @@ def summary_values(load) -> dict[str, dict[str, str]]:
     out["qk_fwd_bwd_best_ratio"] = prose.times_span(qk_best)
     out["swiglu_fwd_bwd_best_slower"] = prose.pct_span(1 / r["ratio"] - 1 for r in sw_best)
     out["swiglu_fwd_bwd_best_peers"] = " 或 ".join(dict.fromkeys(OP_LABELS[r["peer"]] for r in sw_best))
-    _, sw = probes(data)
+    qk, sw = probes(data)
+    on, off = qk["fma_on"], qk["fma_off"]  # the QK probe: the bf16 outputs equal to HF's, contraction on / off
+    out["fma_on_whole"] = prose.pct(on["whole_equal"], 1)
+    out["fma_on_rope"] = prose.pct(on["rope_stage_equal"], 1)
+    out["fma_off_whole"] = prose.pct(off["whole_equal"], 3)
     shipped, widths = sw["shipped"], _widths(sw)
     out["swiglu_probe_widths"] = prose.join(f"I={w}" for w in widths)
     out["swiglu_compile_bits"] = prose.pct_span(shipped[w]["compile_act_bits_equal"] for w in widths)

@@ -1,31 +1,17 @@
-"""step_fusion.json -> 番外二's step table: each of our kernels against Liger's in the same tier, and the set
-against Liger's patch without its loss; ranked only where the 95 % intervals are disjoint."""
+"""step_fusion.json -> 番外二's step table (with its caption) and the figures of the page's hand-written readings
+({{ step_fusion.NAME }}): each of our kernels against Liger's in the same tier, and the set against Liger's patch
+without its loss; ranked (``wins``) only where the 95 % intervals are disjoint. tests/test_readings_extras.py and
+tests/test_readings_fusion.py check the page's words against the same rule."""
 from __future__ import annotations
 
 from bench.report import prose, tables
-from bench.report.step import caption, interval_head, contender_rows, label, level, relation
+from bench.report.step import caption, interval_head, contender_rows, label, level
 
 NAME = "step_fusion"
-# What each pair compares, in the page's words: (ours, Liger's in its place, what the pair adds).
-PAIR_WORDS = {"triton_qk_rope": "QK-norm + RoPE", "triton_swiglu": "SwiGLU", "fusion_set": "整套"}
 
 
 def rows_by_contender(data: dict) -> dict[str, dict]:
     return {r["contender"]: r for r in contender_rows(data)}
-
-
-def pair_sentence(data: dict) -> str:
-    """One clause per pair: ours against Liger's in the same tier, '持平' unless the intervals are disjoint."""
-    cfg = data["config"]
-    rows = rows_by_contender(data)
-    clauses = []
-    for ours, theirs in cfg["pairs"]:
-        a, b = rows.get(ours), rows.get(theirs)
-        if not a or not b or a["status"] != "ok" or b["status"] != "ok":
-            clauses.append(f"{PAIR_WORDS[ours]}：未比较（有一档没有运行）")
-            continue
-        clauses.append(f"{PAIR_WORDS[ours]}：{prose.glue(label(ours), relation(a, b, cfg, label(theirs)))}")
-    return "；".join(clauses) + "。"
 
 
 def wins(data: dict) -> dict[str, bool | None]:
@@ -58,11 +44,7 @@ def render(data: dict) -> dict[str, str]:
                      f(r["peak"], 3) if r["peak"] is not None else "—"])
     table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "GPU 时间（ms / step）",
                              f"相对{label(cfg['baseline'])}", "峰值显存（GiB）"], body, "lrrrrr")
-    return {
-        "step_fusion_table.md": prose.page(table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。",
-                                           pair_sentence(data)),
-        "step_fusion_sentence.md": pair_sentence(data) + "\n",
-    }
+    return {"step_fusion_table.md": prose.page(table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。")}
 
 
 def values(data: dict) -> dict[str, str]:

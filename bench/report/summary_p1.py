@@ -2,12 +2,11 @@
 
 * p1_env.md: the article's one "实验环境" box;
 * p1_provenance.md: which commit and command produced each data file (methods page);
-* p1_profile_overhead.md: §3.2's sentence on what the profiler adds to the profiled step's gaps;
 * p1_conclusion.md: §八's table of the fusion points ranked by the time they save per layer, ties where the
   p20–p80 intervals of the savings overlap (the sentence above it is the page's own);
 
-and ``summary_values(load)``: the figures 篇 1's hand-written 要点, §五's bullets and §八 write ({{ p1.NAME }}),
-among them §五's other runs' GEMM rates (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed) and
+and ``summary_values(load)``: the figures 篇 1's hand-written 要点, §3.2's reading of the profiled step, §五's
+bullets and §八 write ({{ p1.NAME }}), among them §五's other runs' GEMM rates (fullsize.json's 8192³ GEMM, fusion.json's QKV GEMMs, when committed) and
 the ridge point at the highest.
 
 ``bench/report/render.py`` calls :func:`render_summary` and skips it when a data file is missing.
@@ -48,19 +47,16 @@ def cpu_note(profile: dict, roofline: dict, compiled: dict) -> str:
             f"torch.compile 的加速（§六）")
 
 
-def profile_overhead(profile: dict) -> str:
-    """§3.2: the profiled step against the unprofiled one, so that the timeline's gaps read as an upper bound."""
-    launch, step_ms = profile["results"]["main"]["launch"], profile["results"]["main"]["step"]["median_ms"]
-    span_ms, busy_ms, idle_ms = launch["span_us"] / 1e3, launch["busy_us"] / 1e3, launch["idle_us"] / 1e3
-    longer = (f"比不开 profiler 的 step 中位数 {tables.fmt(step_ms)} ms 长 {tables.fmt(span_ms - step_ms, 2)} ms"
-              if span_ms > step_ms else f"不开 profiler 的 step 中位数是 {tables.fmt(step_ms)} ms")
-    unprofiled_idle = max(step_ms - busy_ms, 0.0)
-    return (f"这张图和 §3.3 的表取自同一个开着 profiler 的 step。profiler 在 CPU 上记录每个算子和每次发射，"
-            f"这本身要花时间：这一步从第一个 kernel 到最后一个 kernel 跨了 {tables.fmt(span_ms)} ms，{longer}，"
-            f"其中 GPU 空等 {tables.fmt(idle_ms)} ms（忙碌 {100 * launch['busy_fraction']:.1f}%）。"
-            f"不开 profiler 时，同样 {tables.fmt(busy_ms)} ms 的 kernel 落在 {tables.fmt(step_ms)} ms 里，"
-            f"空等最多 {tables.fmt(unprofiled_idle, 2)} ms（忙碌 {100 * busy_ms / step_ms:.1f}%）。"
-            f"所以图上的空隙被 profiler 拉宽了，是上界：它指出空等可能出在哪里，总量以不开 profiler 的数字为准。\n")
+def profile_overhead(profile: dict) -> dict:
+    """§3.2: the profiled step against the unprofiled ones (ms): the profiled step's kernel span, busy and idle
+    time, the unprofiled steps' median and p80, and the most the GPU can idle in the median step (its length less
+    the same kernel time)."""
+    launch, step = profile["results"]["main"]["launch"], profile["results"]["main"]["step"]
+    busy_ms = launch["busy_us"] / 1e3
+    return {"span_ms": launch["span_us"] / 1e3, "busy_ms": busy_ms, "idle_ms": launch["idle_us"] / 1e3,
+            "busy_fraction": launch["busy_fraction"], "step_ms": step["median_ms"], "step_p80_ms": step["p80_ms"],
+            "unprofiled_idle_ms": max(step["median_ms"] - busy_ms, 0.0),
+            "unprofiled_busy_fraction": busy_ms / step["median_ms"]}
 
 
 def savings(roofline: dict) -> list[dict]:
@@ -170,7 +166,6 @@ def render_summary(load) -> dict[str, str]:
     return {
         "p1_env.md": tables.env_box([d["environment"] for d in (profile, roofline, compiled)],
                                     note=cpu_note(profile, roofline, compiled)),
-        "p1_profile_overhead.md": profile_overhead(profile),
         "p1_conclusion.md": conclusion(profile, roofline),
         "p1_provenance.md": provenance(profile, roofline, compiled),
     }
@@ -201,6 +196,13 @@ def summary_values(load) -> dict[str, dict[str, str]]:
            "graph_small": f"{tables.fmt(_fwd_bwd_ratio(tiny, 'cuda_graph'))}×",
            "kernels_eager": str(large["contenders"]["eager"]["launches_fwd_bwd"]["kernels"]),
            "kernels_compile": str(large["contenders"]["compile"]["launches_fwd_bwd"]["kernels"])}
+    over = profile_overhead(profile)  # §3.2: the profiled step next to the unprofiled ones
+    out.update(profiled_span=f"{tables.fmt(over['span_ms'])} ms", step_median=f"{tables.fmt(over['step_ms'])} ms",
+               profiled_extra=f"{tables.fmt(over['span_ms'] - over['step_ms'], 2)} ms",
+               profiled_idle=f"{tables.fmt(over['idle_ms'])} ms", profiled_busy=prose.pct(over["busy_fraction"], 1),
+               kernel_time=f"{tables.fmt(over['busy_ms'])} ms",
+               unprofiled_idle=f"{tables.fmt(over['unprofiled_idle_ms'], 2)} ms",
+               unprofiled_busy=prose.pct(over["unprofiled_busy_fraction"], 1))
     others = {}
     for name in ("fullsize", "fusion"):  # §五: other runs' GEMM rates, where committed
         try:

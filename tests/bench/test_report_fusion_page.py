@@ -5,7 +5,8 @@
 * the merged QKV projection's saving per step is the GEMM time saved at the step's model times its layers;
 * a probe log's JSON lines are read, its script's lines are not.
 
-The comparison words of the page's hand-written readings are checked in tests/test_readings_fusion.py.
+The comparison words of the page's hand-written readings are checked in tests/test_readings_fusion.py and
+tests/test_readings_extras.py.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def rendered():
 
 def test_every_file_renders(rendered):
     assert set(rendered) == {f"fusion_page_{name}.md" for name in (
-        "env", "fma", "probe_table", "provenance")}
+        "env", "probe_table", "provenance")}
     assert rendered["fusion_page_env.md"].startswith('!!! info "实验环境"')
     for name, text in rendered.items():
         for header in tables(text):
@@ -56,6 +57,15 @@ def test_probe_output_reads_only_the_printed_json():
     text = "\n".join(['# Diagnostic ...', '#   print(json.dumps({"x": 1}))', '{"fma_on": {"whole_equal": 0.5}}',
                       '# Output, second call:', '{"fma_off": {"whole_equal": 1.0}}'])
     assert fusion_page.probe_output(text) == {"fma_on": {"whole_equal": 0.5}, "fma_off": {"whole_equal": 1.0}}
+
+
+def test_fma_values_are_the_qk_probes_shares(data):
+    """{{ fusion.fma_* }}: the QK probe's shares of bf16 outputs equal to HF's, contraction on and off."""
+    qk, _ = fusion_page.probes(data)
+    values = fusion_page.summary_values(loader())["fusion"]
+    assert values["fma_on_whole"] == f"{100 * qk['fma_on']['whole_equal']:.1f}%"
+    assert values["fma_on_rope"] == f"{100 * qk['fma_on']['rope_stage_equal']:.1f}%"
+    assert values["fma_off_whole"] == f"{100 * qk['fma_off']['whole_equal']:.3f}%"
 
 
 def test_qkv_saving_is_the_gemm_time_saved_times_the_steps_layers(data, step):

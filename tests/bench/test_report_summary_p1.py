@@ -75,13 +75,18 @@ def test_the_conclusion_ranks_the_committed_savings(committed):
     assert values["swiglu_eager"] == f"{fmt(swiglu['eager']['median_us'])} µs"
 
 
-def test_the_overhead_sentence_compares_the_profiled_step(committed):
+def test_the_profiled_step_values(committed):
+    """{{ p1.profiled_* }}, {{ p1.step_median }}...: §3.2's figures of the profiled step against the unprofiled ones."""
     main = committed["p1_profile"]["results"]["main"]
-    text = summary_p1.render_summary(loader())["p1_profile_overhead.md"]
     step_ms, launch = main["step"]["median_ms"], main["launch"]
-    assert f"跨了 {fmt(launch['span_us'] / 1e3)} ms" in text and f"中位数 {fmt(step_ms)} ms" in text
-    assert f"忙碌 {100 * launch['busy_us'] / (1e3 * step_ms):.1f}%" in text  # the launch table's unprofiled share
-    assert f"空等 {fmt(launch['idle_us'] / 1e3)} ms" in text and "上界" in text
+    values = summary_p1.summary_values(loader())["p1"]
+    assert "p1_profile_overhead.md" not in summary_p1.render_summary(loader())  # the reading is the page's own
+    assert values["profiled_span"] == f"{fmt(launch['span_us'] / 1e3)} ms"
+    assert values["step_median"] == f"{fmt(step_ms)} ms"
+    assert values["profiled_idle"] == f"{fmt(launch['idle_us'] / 1e3)} ms"
+    assert values["profiled_busy"] == f"{100 * launch['busy_fraction']:.1f}%"
+    assert values["unprofiled_busy"] == f"{100 * launch['busy_us'] / (1e3 * step_ms):.1f}%"  # the launch table's
+    assert values["unprofiled_idle"] == f"{fmt(step_ms - launch['busy_us'] / 1e3, 2)} ms"
 
 
 def test_the_env_box_names_the_cpu_or_says_it_was_not_recorded(committed):

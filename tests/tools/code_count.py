@@ -21,6 +21,7 @@ LIMITS = {
     "docs/triton-rmsnorm.md": 450,
     "docs/triton-rmsnorm-fused-add.md": 150,
     "docs/qwen3-qk-rope-swiglu.md": 150,
+    "docs/qwen3-fused-loss.md": 160,
 }
 
 

@@ -23,6 +23,7 @@ LIMITS = {
     "docs/triton-rmsnorm.md": 3400,
     "docs/triton-rmsnorm-fused-add.md": 1500,
     "docs/qwen3-qk-rope-swiglu.md": 1500,
+    "docs/qwen3-fused-loss.md": 1500,
 }
 
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
