@@ -37,7 +37,6 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 OTHER_GENERATORS = {
     "graph_break_explain.txt": "tests/test_graph_break_demo.py",
     "p1_torchinfo.txt": "tests/test_p1_static_read.py",
-    "fused_add_versions.md": "tests/test_qwen3_mirrored_code.py",
 }
 
 REQUIRED_ENV = ("gpu", "driver", "cuda", "torch", "triton", "transformers", "git_commit", "date", "command")

@@ -4,12 +4,14 @@ The suite runs the patch tests on the pin of requirements-test.txt and once more
 version of requirements-transformers/ (.ci/test.sh). TESTED must be exactly those versions,
 each with the fingerprint its code really has; the installed version must be accepted
 (the scheduled run on the newest transformers fails here when its code is new); code that
-differs is refused by name. The 番外 page's sentence on accepted versions is generated here.
+differs is refused by name. The pages that name the tested versions (番外 §五, the training-use page) are
+checked here to name exactly TESTED.
 """
 import ast
 import inspect
 import os
 import pathlib
+import re
 import runpy
 
 import pytest
@@ -22,7 +24,8 @@ import qwen3_mirrored_code
 from qwen3_mirrored_code import PIECES, TESTED, check_transformers, fingerprint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SENTENCE = ROOT / "docs" / "generated" / "fused_add_versions.md"
+# The pages whose hand-written sentence names the versions the tests ran on.
+PAGES = ("triton-rmsnorm-fused-add.md", "use-in-training.md")
 
 
 def pinned_transformers() -> str:
@@ -127,16 +130,10 @@ def test_the_script_prints_this_versions_entry(capsys):
     assert capsys.readouterr().out == f'"{transformers.__version__}": "{line}"\n'
 
 
-def versions_sentence() -> str:
-    """The 番外 page's sentence on which transformers the fused patch accepts."""
-    versions = "、".join(TESTED)
-    return (f"补丁在打上时检查 transformers：它认的是代码，不是版本号。测试跑过的版本是 {versions}；"
-            "其他版本只要被补丁镜像或依赖的那几段代码（Qwen3 的 norm、解码层和模型，"
-            "梯度检查点与输出记录的机制）与其中某一版一致，也照常使用；否则直接报错，"
-            "并指出哪一段变了。\n")
-
-
-def test_the_page_sentence_names_the_tested_versions():
-    """docs/generated/fused_add_versions.md is this sentence (tests/test_generated.py's
-    OTHER_GENERATORS). Regenerate: the assertion message holds the text to write."""
-    assert SENTENCE.read_text(encoding="utf-8") == versions_sentence(), versions_sentence()
+@pytest.mark.parametrize("page", PAGES)
+def test_the_page_names_the_tested_versions(page):
+    """"测试跑过的版本是 A、B、…。" on each page names exactly TESTED's versions, in its order: a version added to
+    TESTED (or dropped) fails here until the page says so."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    named = re.findall(r"测试跑过的版本是 ([^。]+)。", text)
+    assert named == ["、".join(TESTED)], (page, named)

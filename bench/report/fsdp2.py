@@ -1,5 +1,6 @@
-"""fsdp2.json -> the methods page's FSDP2 table and plot, the fused add page's sentence on it, and the figures of the
-methods page's hand-written reading (``values``: {{ fsdp2.NAME }}; its words: tests/test_readings_fusion.py)."""
+"""fsdp2.json -> the methods page's FSDP2 table and plot, and the figures of the hand-written readings of the methods
+page and of 番外 §七 (``values``: {{ fsdp2.NAME }}; their words: tests/test_readings_fusion.py,
+tests/test_readings_fused_add.py)."""
 from __future__ import annotations
 
 import copy
@@ -119,9 +120,11 @@ def matrix_tflop_per_gpu(data: dict, variants) -> float:
 
 
 def values(data: dict) -> dict[str, str]:
-    """{{ fsdp2.NAME }}: the figures of the methods page's hand-written reading: GPUs, steps, precision settings,
-    the model's size, each GPU's matrix work per step, and each contender's step time per precision setting
-    (``<variant>_<contender>_ms``, the larger of the GPUs' medians)."""
+    """{{ fsdp2.NAME }}: the figures of the hand-written readings: GPUs, steps, precision settings, the model's size,
+    each GPU's matrix work per step, and each contender's step time per precision setting
+    (``<variant>_<contender>_ms``, the larger of the GPUs' medians); ``fused_add_rate``: that matrix work (over the
+    settings where HF and the fused patch both trained) spread over the fastest of their steps, what 番外 §七
+    compares with the GPU's peak."""
     data = current(data)
     cfg, results, f = config(data), data["results"], article_facts(data)
     m = cfg["geometry"]
@@ -136,33 +139,24 @@ def values(data: dict) -> dict[str, str]:
         for a in cfg["contenders"]:
             if results[v][a]["status"] == "ok":
                 out[f"{v}_{a}_ms"] = f"{tables.fmt(max(results[v][a]['median_step_ms']), 3)} ms"
+    rate = fused_add_rate(data)
+    if rate is not None:
+        out["fused_add_rate"] = f"{rate:.2g} TFLOP/s"
     return out
 
 
-def fused_add_sentence(data: dict) -> str:
-    """The fused add page's one sentence on FSDP2: the fused patch's step time against HF's in each precision
-    setting, as measured, and why a model this small says nothing about kernel speed: each GPU's matrix work
-    (6 x parameters x that GPU's tokens) spread over the fastest step is a few TFLOP/s, so the GPU's work does
-    not fill the step, which the host's cost per call (Python, launches) most likely sets. Empty when HF or
-    the fused patch did not run in any precision setting."""
+def fused_add_rate(data: dict) -> float | None:
+    """Each GPU's matrix work per step (TFLOP) over the fastest step of HF or the fused patch, in TFLOP/s, over the
+    precision settings where both trained: the most the step's matrix work can ask of a GPU. None when neither
+    setting has both."""
     data = current(data)
-    cfg, results = config(data), data["results"]
-    fused = "triton_fused_add"
+    cfg, results, fused = config(data), data["results"], "triton_fused_add"
     both = [v for v in cfg["variants"] if fused in results[v]
             and results[v][fused]["status"] == "ok" and results[v]["hf"]["status"] == "ok"]
     if not both:
-        return ""
-    m, gpu = cfg["geometry"], (data["environment"].get("gpu") or "").replace("NVIDIA ", "")
-    step = {v: {a: max(results[v][a]["median_step_ms"]) for a in ("hf", fused)} for v in both}
-    tflop = matrix_tflop_per_gpu(data, both)
-    rate = tflop / (min(ms for v in both for ms in step[v].values()) / 1e3)  # at the fastest step: the most
-    where = f"{cfg['world_size']} 张 {gpu} 上" if gpu else f"{cfg['world_size']} 个 CPU 进程上"
-    times = "，".join(f"{prose.glue(precision_zh(v), '下')}融合版一步 {tables.fmt(step[v][fused], 3)} ms、"
-                     f"HF 原版 {tables.fmt(step[v]['hf'], 3)} ms" for v in both)
-    return (f"小模型上的 step 时间则看不出 kernel 的快慢：{where}用 FSDP2 训练 {m['num_hidden_layers']} 层、"
-            f"hidden {m['hidden_size']} 的 Qwen3，{times}；每卡每步约 {tflop:.2g} TFLOP 的矩阵运算摊到一步里"
-            f"不过 {rate:.2g} TFLOP/s，GPU 上的活填不满一步；两者的差别从哪里来，这次没有拆开测"
-            "（每次调用的主机开销见篇 2 §6.2，[测法与数据](triton-rmsnorm-methods.md#fsdp2-两卡训练)）。\n")
+        return None
+    fastest = min(max(results[v][a]["median_step_ms"]) for v in both for a in ("hf", fused))
+    return matrix_tflop_per_gpu(data, both) / (fastest / 1e3)
 
 
 def _caption(data: dict) -> str:
@@ -204,7 +198,6 @@ def render(data: dict) -> dict[str, str]:
     if "large" in data["results"]:
         out["fsdp2_large.md"] = large_table(data)
     return out | {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
-            "fsdp2_fused_add.md": fused_add_sentence(data),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
 
 

@@ -3,12 +3,13 @@
 * ``fullsize_table.md`` (a report: ``render(data)``, from fullsize.json alone): one row per contender, its step
   time with the 95 % interval, tokens/s, MFU against the GPU's dense bf16 peak (names.DENSE_BF16_PEAK_TFLOPS), the speed-up
   over HF eager and the peak memory; the caption states the setup from the record's config.
-* ``fullsize_fused_add.md`` (a summary: ``render_summary(load)``, it reads step.json too): the fused add against
-  the plain kernel. The intervals here come from one process per contender, so they leave out process-to-process
-  variation; two contenders are ranked only when their intervals are disjoint *and* their medians differ by
-  more than the smallest difference the multi-process 8-layer step run can resolve (step.json
-  ``config["resolution"]``); otherwise they are level (:func:`level`, :func:`tiers`: the order 篇 2 §6.2 and the
-  home page write by hand).
+* ``values(data)`` ({{ fullsize.NAME }}): the figures of the hand-written readings (篇 2 §6.2, the home page,
+  番外 §六 on the fused add against the plain kernel).
+
+The intervals here come from one process per contender, so they leave out process-to-process variation; two
+contenders are ranked only when their intervals are disjoint *and* their medians differ by more than the smallest
+difference the multi-process 8-layer step run can resolve (step.json ``config["resolution"]``); otherwise they are
+level (:func:`level`, :func:`tiers`: the order the pages write by hand, checked by the readings tests).
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from bench.report.names import DENSE_BF16_PEAK_TFLOPS
 from bench.report.step import disjoint
 
 NAME = "fullsize"
-STEP = "step"  # the data file whose resolution sets the ranking threshold
 
 # The contenders as this page names them (names.py's STEP_LABELS name the 8-layer run's).
 LABELS = {
@@ -57,28 +57,6 @@ CONFIG_ZH = {
               "模型 FLOPs 每 token = 6 ×（各层投影与 lm_head 的矩阵乘参数量）+ 6 × 层数 × T × 头数 × head_dim，"
               "检查点的重算不计"},
 }
-
-
-def cat(*parts: str) -> str:
-    """Join sentence pieces with the space Chinese typesetting puts between a CJK character and a Latin
-    letter or digit (either way round)."""
-    out = ""
-    for part in parts:
-        if out and part:
-            a, b = out[-1], part[0]
-            if (a.isascii() and a.isalnum() and _cjk(b)) or (_cjk(a) and b.isascii() and b.isalnum()):
-                out += " "
-        out += part
-    return out
-
-
-def spaced(text: str) -> str:
-    """``text`` with a space wherever a CJK character and a Latin letter or digit touch."""
-    return cat(*text) if text else text
-
-
-def _cjk(char: str) -> bool:
-    return "\u4e00" <= char <= "\u9fff"
 
 
 def label(contender: str) -> str:
@@ -199,41 +177,6 @@ def tiers(ok: list[dict], resolution: float) -> list[list[dict]]:
 
 
 FUSED = "triton_fused_add"
-
-
-def fused_add_sentence(data: dict, step_data: dict) -> str:
-    """番外 §六: the fused residual add against the plain kernel in the full-size job."""
-    cfg, resolution = data["config"], step_data["config"]["resolution"]
-    by_name = {r["contender"]: r for r in rows(data) if r["status"] == "ok"}
-    fused, ours = by_name.get(FUSED), by_name.get(cfg["ours"])
-    head = f"完整的 {cfg['geometry']['num_hidden_layers']} 层模型（AdamW、激活检查点，篇 2 §6.2）上，"
-    if not fused or not ours:
-        return cat(head, prose.join(label(c) for c in (FUSED, cfg["ours"]) if c not in by_name), "没有跑成。") + "\n"
-    f = tables.fmt
-    numbers = f"{f(fused['step'], 4)} ms 对 {f(ours['step'], 4)} ms"
-    if level(fused, ours, resolution):
-        text = head + f"融合版与本站实现也持平（{numbers}，相差小于这套测法能分辨的 {prose.pct(resolution, 1)}）"
-    else:
-        ratio = fused["step"] / ours["step"]
-        text = head + f"融合版比本站实现{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}（{numbers}）"
-    return text + memory_clause(fused, ours) + "。\n"
-
-
-def memory_clause(fused: dict, ours: dict) -> str:
-    """'；峰值显存反而多 2.2 GiB（64.3 GiB 对 62.1 GiB）' : the fused add's peak memory against the plain kernel's, in
-    words (a difference under 0.1 GiB is none)."""
-    if fused.get("peak") is None or ours.get("peak") is None:
-        return ""
-    f, diff = tables.fmt, fused["peak"] - ours["peak"]
-    both = f"{f(fused['peak'], 3)} GiB 对 {f(ours['peak'], 3)} GiB"
-    if abs(diff) < 0.1:
-        return f"；峰值显存相同（{both}）"
-    return f"；峰值显存{'反而多' if diff > 0 else '少'} {abs(diff):.1f} GiB（{both}）"
-
-
-def render_summary(load) -> dict[str, str]:
-    full, step = load(NAME), load(STEP)
-    return {"fullsize_fused_add.md": fused_add_sentence(full, step)}
 
 
 def values(data: dict) -> dict[str, str]:

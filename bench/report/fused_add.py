@@ -1,11 +1,15 @@
-"""fused_add.json -> the fused residual add + RMSNorm page's op-level tables and bandwidth plot."""
+"""fused_add.json -> the fused residual add + RMSNorm page's op-level tables and bandwidth plot, and the figures of
+番外 §六–§七's hand-written readings (``values``: {{ fused_add.NAME }}; their words: tests/test_readings_fused_add.py).
+
+The forward table (on the methods page) keeps its generated takeaway; the forward + backward table on the page has
+none: the page writes its reading by hand."""
 from __future__ import annotations
 
 import copy
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import (at, bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling,
+from bench.report.ops import (bandwidth_bars, by_tie, ceiling_text, compare_sentence, copy_ceiling,
                               ours_vs_peers, rows_caption)
 
 NAME = "fused_add"
@@ -65,30 +69,15 @@ def _takeaway(data, phase, rows) -> str:
     unfused = [r["ratios"][baseline] for r in mine if r["ratios"].get(baseline)]
     if unfused:
         text += f"；不融合（本站 RMSNorm + torch 加法）用时是融合版的 {prose.times_span(unfused)} 倍"
-    liger = _liger_vs_unfused(data, mine) if phase == "fwd_bwd" else ""
-    return text + (f"；{liger}" if liger else "") + "。"
+    return text + "。"
 
 
-def _liger_vs_unfused(data, rows) -> str:
-    """Liger's fused add + RMSNorm against no fusion (the article's caveat on reaching for it): where it is
-    slower, level or faster, against the run's tie rule; empty when either side is missing."""
-    baseline, within = config(data)["baseline"], tie(config(data))
-    # Liger's time ÷ no fusion's, from the two ratios to ours
-    pairs = [(r["label"], r["ratios"]["liger"] / r["ratios"][baseline]) for r in rows
-             if r["ratios"].get("liger") and r["ratios"].get(baseline)]
-    if not pairs:
-        return ""
-    slower, tied, faster = by_tie(pairs, within, ratio=lambda pair: pair[1])
-    clauses = []
-    if slower:
-        clauses.append(f"{at(label for label, _ in slower)}慢于不融合（用时是不融合的 "
-                       f"{prose.times_span(v for _, v in slower)} 倍）")
-    if tied:
-        clauses.append(f"{at(label for label, _ in tied)}与不融合持平（相差不到 {prose.pct(within)}）")
-    if faster:
-        clauses.append(f"{at(label for label, _ in faster)}快于不融合（用时是不融合的 "
-                       f"{prose.times_span(v for _, v in faster)} 倍）")
-    return f"{OP_LABELS['liger']} 的融合实现" + "，".join(clauses)
+def liger_vs_unfused(data) -> list[tuple[str, float]]:
+    """Per shape (forward + backward): Liger's fused add + RMSNorm time ÷ no fusion's, from the two ratios to ours
+    (番外 §七's caveat on reaching for it); shapes missing either side are left out."""
+    baseline = config(data)["baseline"]
+    return [(r["label"], r["ratios"]["liger"] / r["ratios"][baseline]) for r in vs_peers(data, "fwd_bwd")
+            if r["ratios"].get("liger") and r["ratios"].get(baseline)]
 
 
 def _caption(data, phase) -> str:
@@ -104,7 +93,8 @@ def _table(data, phase) -> str:
     body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
              OP_LABELS.get(r["peer"], "—"), f(r["peer_us"]), prose.times(r["ratio"]) if r["ratio"] else "—"] for r in rows]
     table = tables.md_table(["形状", "融合版（µs）", "占拷贝上限", "最快的对比方案", "对比方案（µs）", "对比方案 ÷ 融合版"], body, "lrrlrr")
-    return prose.page(table, _caption(data, phase), _takeaway(data, phase, rows))
+    # the forward + backward table's reading is hand-written on 番外 §六 (its figures: values)
+    return prose.page(table, _caption(data, phase), None if phase == "fwd_bwd" else _takeaway(data, phase, rows))
 
 
 def _ratio_table(data) -> str:
@@ -203,7 +193,9 @@ def render(data: dict) -> dict[str, str]:
 
 
 def values(data: dict) -> dict[str, str]:
-    """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer."""
+    """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer; forward +
+    backward: the tie rule, the shapes, those where ours beats the fastest peer by it and those level with it,
+    and Liger's fused add + RMSNorm against no fusion (where slower, by how much, where faster)."""
     data = current(data)
     p, baseline = passes(data), config(data)["baseline"]
     out = {"fwd_passes_unfused": str(p["unfused"]["fwd"]), "fwd_passes_fused": str(p["fused"]["fwd"]),
@@ -214,4 +206,15 @@ def values(data: dict) -> dict[str, str]:
         out[f"{phase}_unfused_ratio"] = prose.times_span(r["ratios"][baseline] for r in rows)
         out[f"{phase}_peer_ratio"] = prose.times_span(r["ratio"] for r in rows)
         out[f"{phase}_of_copy"] = prose.pct_span(r["of_copy"] for r in rows)
+    within = tie(config(data))
+    both = [r for r in vs_peers(data, "fwd_bwd") if r["ratio"] is not None]
+    ahead, level, _ = by_tie(both, within)
+    out["tie"] = prose.pct(within)
+    out["fwd_bwd_shapes"] = str(len(both))
+    out["fwd_bwd_ahead"] = str(len(ahead))
+    out["fwd_bwd_level_at"] = prose.join(r["label"] for r in level)
+    slower, _, faster = by_tie(liger_vs_unfused(data), within, ratio=lambda pair: pair[1])
+    out["liger_slower"] = str(len(slower))
+    out["liger_slower_ratio"] = prose.times_span(v for _, v in slower)
+    out["liger_faster_at"] = prose.join(label for label, _ in faster)
     return out

@@ -1,6 +1,6 @@
 """fused_add_sweep.json -> the fused residual add + RMSNorm at every hidden size: the methods page's per-width
 table, the sentence naming each width that misses a target and why, the ratio plot, and the figures of the
-article's hand-written reading (``values``: {{ fused_add_sweep.NAME }}).
+article's hand-written readings (``values``: {{ fused_add_sweep.NAME }}: §六's any-width result, §二's chunked path).
 
 Everything comes from the record: the contenders and their roles, the tie rule, the targets (share of the
 copy ceiling from a width on; no slower than the baseline; level with the fastest peer), and, per width,
@@ -169,31 +169,22 @@ def _table(data) -> str:
     return prose.page(table, caption(data), takeaway(data))
 
 
-def chunked_sentence(data) -> str:
-    """The article's words on the chunked path, counted from the launch configs the run recorded: from the
-    first width where the fused kernels' tables choose it, how many of the widths measured from there on
-    take it forward and how many backward (named when fewer), and what chunking costs in bytes."""
+def chunked(data) -> dict | None:
+    """Where the fused kernels' tables choose the chunked path, from the launch configs the run recorded: the
+    first width where either direction takes it, the widths measured from there on, and of those the ones each
+    direction takes it at ({"first", "wide", "forward", "backward"}); None when no width takes it."""
     shapes = [s for s in data["results"]["shapes"] if s.get("ours_configs")]
     directions = ("forward", "backward")
 
-    def chunked(s, direction):
+    def takes(s, direction):
         return bool(s["ours_configs"].get(direction, {}).get("chunked"))
 
-    first = min((s["width"] for s in shapes if any(chunked(s, d) for d in directions)), default=None)
+    first = min((s["width"] for s in shapes if any(takes(s, d) for d in directions)), default=None)
     if first is None:
-        return "这次测过的行宽里，融合版的查表都没有选分块路径。\n"
+        return None
     wide = [s for s in shapes if s["width"] >= first]
-    counts = {d: [s["width"] for s in wide if chunked(s, d)] for d in directions}
-    parts = []
-    for d in directions:
-        widths, few = counts[d], len(counts[d]) <= len(wide) // 2
-        if len(widths) == len(wide):
-            parts.append(f"{d} 全部走")
-        else:
-            named = f"（{_widths(widths)}）" if widths and few else ""
-            parts.append(f"{d} {'只有' if few else '有'} {len(widths)} 个{named}")
-    return (f"更宽的行走分块路径，融合版的查表从 H={first} 起才选它：测过的 H={first} 及以上 {len(wide)} 个行宽中，"
-            + "，".join(parts) + "走分块路径。分块时 forward 要再读一遍 s，backward 要多读一遍 dy 和 s，能省的比例随之变小。\n")
+    return {"first": first, "wide": [s["width"] for s in wide]} | {
+        d: [s["width"] for s in wide if takes(s, d)] for d in directions}
 
 
 def reason_text(cfg, keys, phase=PHASE) -> str:
@@ -279,13 +270,15 @@ def _plot(data) -> str:
 
 
 def render(data: dict) -> dict[str, str]:
-    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_misses.md": misses_sentence(data), "fused_add_chunked.md": chunked_sentence(data),
+    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_misses.md": misses_sentence(data),
             "fused_add_sweep.svg": _plot(data)}
 
 
 def values(data: dict) -> dict[str, str]:
     """{{ fused_add_sweep.NAME }}: the widths swept, how many are level with or ahead of the fastest peer (and how
-    many behind), the lowest of each ratio with its width and the tie rule, forward + backward."""
+    many behind), the lowest of each ratio with its width and the tie rule, forward + backward; where the chunked
+    path starts, how many widths from there on were measured and how many take it forward and backward (those
+    backward named): 番外 §二's reading."""
     cfg, f = data["config"], facts(data)
     out = {"widths": str(len(f["widths"])), "min_width": str(min(f["widths"])), "max_width": str(max(f["widths"])),
            "tie": prose.pct(tie(cfg)), "level_or_ahead": str(f["level_or_ahead"]),
@@ -297,4 +290,9 @@ def values(data: dict) -> dict[str, str]:
     if f["lowest_baseline"]:
         low = f["lowest_baseline"]
         out |= {"lowest_baseline_width": _label(low["width"]), "lowest_baseline_ratio": prose.times(low["ratio"])}
+    path = chunked(data)
+    if path:
+        out |= {"chunked_from": _label(path["first"]), "chunked_widths": str(len(path["wide"])),
+                "chunked_fwd": str(len(path["forward"])), "chunked_bwd": str(len(path["backward"])),
+                "chunked_bwd_at": _widths(path["backward"])}
     return out

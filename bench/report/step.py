@@ -44,7 +44,9 @@ def contender_rows(data: dict) -> list[dict]:
 
 
 FUSED_ADD = "triton_fused_add"  # its RMSNorm time includes the residual adds it absorbed
-SMALL_SHARE = 0.05  # RMSNorm under 5 % of a step: fusing more into it cannot move the step much
+# RMSNorm under 5 % of a step: fusing more into it cannot move the step much (番外 §六's "只占 … 能省的本就不多",
+# checked against it by tests/test_readings_fused_add.py)
+SMALL_SHARE = 0.05
 
 
 def label(contender: str) -> str:
@@ -137,28 +139,9 @@ def fused_add_relation(fused: dict, ours: dict, cfg: dict) -> str:
     return relation(fused, ours, cfg, "本站 RMSNorm")
 
 
-def fused_add_takeaway(data: dict, rows: list[dict]) -> str:
-    """One sentence: the fused-add contender's step against the plain Triton one, and how much RMSNorm weighs."""
-    ok = _ok(rows)
-    mine = config(data)["ours"]
-    fused, ours = ok.get(FUSED_ADD), ok.get(mine)
-    if not fused or not ours:
-        missing = [t for t in (FUSED_ADD, mine) if t not in ok]
-        verb = "还没有测" if all(t not in data["results"] for t in missing) else "没有跑成"
-        return f"{geometry_zh(data)}的一步训练：{prose.join(label(t) for t in missing)}这一档{verb}。"
-    f = tables.fmt
-    text = (f"{geometry_zh(data)}的一步训练：把残差加法也融合进 RMSNorm，step 从本站 RMSNorm 的 {f(ours['step'], 4)} ms "
-            f"变成 {f(fused['step'], 4)} ms，{fused_add_relation(fused, ours, config(data))}")
-    if ours["rms"] is not None:
-        text += (f"；本站 RMSNorm 这一档的一步里，RMSNorm 只占 {prose.pct(ours['share'], 1)}（{f(ours['rms'], 3)} ms，"
-                 "一个 profiler 记录的 step）")
-        if ours["share"] < SMALL_SHARE:
-            text += "，step 层面能省的本来就不多"
-    return text + "。"
-
-
 def fused_add_step(data: dict, rows: list[dict]) -> str:
-    """The fused residual add at step level: the takeaway and a table of HF eager, Triton, Triton + fused add."""
+    """The fused residual add at step level: a table of HF eager, Triton, Triton + fused add, with its caption (番外
+    §六 writes the reading by hand from ``values``; tests/test_readings_fused_add.py checks its words)."""
     ok = _ok(rows)
     cfg = config(data)
     ours = ok.get(cfg["ours"])
@@ -171,8 +154,7 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
                          prose.times(r["speedup"]) if r["speedup"] else "—",
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
     table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "相对 HF eager", "相对本站 RMSNorm"], body, "lrrrr")
-    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + caption(data),
-                      fused_add_takeaway(data, rows))
+    return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + caption(data))
 
 
 def _step_takeaway(data: dict, rows: list[dict]) -> str:

@@ -1,5 +1,5 @@
-"""bench/report/fsdp2.py: the FSDP2 table, plot, the fused add page's sentence and the methods page's values, what they say when a
-contender fails, errs or is unavailable, and the committed file from before the fused kernel's own id."""
+"""bench/report/fsdp2.py: the FSDP2 table, plot and the values of the pages' readings, what they say when a contender
+fails, errs or is unavailable, and the committed file from before the fused kernel's own id."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from bench.report import plots
 def test_render_from_the_quick_run(quick_fsdp2):
     rendered = report_fsdp2.render(quick_fsdp2)
     assert rendered == report_fsdp2.render(json.loads(json.dumps(quick_fsdp2))), "deterministic"
-    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_fused_add.md", "fsdp2_large.md"}
+    assert set(rendered) == {"fsdp2.md", "fsdp2.svg", "fsdp2_large.md"}
     large = rendered["fsdp2_large.md"]  # the large geometry: a row per contender, Liger's unavailable on CPU
     assert large.count("\n| ") == 1 + len(quick_fsdp2["config"]["large"]["contenders"])
     assert "| 本站整套 + 融合 loss |" in large and "MFU 以 GPU 的稠密 bf16 峰值为分母" in large
@@ -78,23 +78,22 @@ def test_the_matrix_work_counts_each_gpus_work_once():
     assert values["bf16_triton_ms"] == f"{max(results['bf16']['triton']['median_step_ms']):.1f} ms"
 
 
-def test_the_fused_add_pages_sentence_states_the_step_times_as_measured():
-    """One sentence: the fused patch's and HF's step per precision setting, from the file (the larger of the two
-    GPUs' medians), and each GPU's matrix work over the fastest step; no sentence without HF or the patch."""
+def test_the_fused_add_rate_is_the_matrix_work_over_the_fastest_step():
+    """番外 §七's figures: the fused patch's and HF's step per precision setting (the larger of the two GPUs'
+    medians), and each GPU's matrix work over the fastest of those steps; no rate without HF or the patch."""
     data = store.load("fsdp2")
-    sentence = report_fsdp2.fused_add_sentence(data)
-    assert sentence.count("。") == 1 and sentence.endswith("。\n")
+    values = report_fsdp2.values(data)
     amp, bf16 = (data["results"][v] for v in ("amp", "bf16"))
-    for variant, words in ((amp, "fp32 权重 + bf16 autocast 下"), (bf16, "bf16 权重下")):
+    for name, variant in (("amp", amp), ("bf16", bf16)):
         fused, hf = (max(variant[a]["median_step_ms"]) for a in ("fused", "hf"))
-        assert f"{words}融合版一步 {fused:.1f} ms、HF 原版 {hf:.1f} ms" in sentence
+        assert values[f"{name}_triton_fused_add_ms"] == f"{fused:.1f} ms" and values[f"{name}_hf_ms"] == f"{hf:.1f} ms"
     cfg = data["config"]
     tokens_per_gpu = cfg["batch"] // cfg["world_size"] * cfg["seq_len"]
     tflop = 6 * amp["hf"]["parameters_per_rank"][0] * cfg["world_size"] * tokens_per_gpu / 1e12
     fastest = min(max(data["results"][v][a]["median_step_ms"]) for v in ("amp", "bf16") for a in ("fused", "hf"))
-    assert f"约 {tflop:.2g} TFLOP 的矩阵运算摊到一步里不过 {tflop / fastest * 1e3:.2g} TFLOP/s" in sentence
-    assert "这次没有拆开测" in sentence and "主机开销见篇 2 §6.2" in sentence and "triton-rmsnorm-methods.md#fsdp2-两卡训练" in sentence
+    assert values["tflop"] == f"{tflop:.2g} TFLOP"
+    assert values["fused_add_rate"] == f"{tflop / fastest * 1e3:.2g} TFLOP/s"
     broken = json.loads(json.dumps(data))
     for variant in cfg["variants"]:
         broken["results"][variant]["fused"]["status"] = "error"
-    assert report_fsdp2.fused_add_sentence(broken) == ""
+    assert report_fsdp2.fused_add_rate(broken) is None and "fused_add_rate" not in report_fsdp2.values(broken)

@@ -21,15 +21,14 @@ SITE_PLOT_PX = 688  # the width the site shows a plot at (the content column)
 
 def test_renders_from_the_quick_run(quick_fused_add_sweep):
     rendered = report.render(quick_fused_add_sweep)
-    assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_misses.md", "fused_add_chunked.md",
-                             "fused_add_sweep.svg"}
+    assert set(rendered) == {"fused_add_sweep.md", "fused_add_sweep_misses.md", "fused_add_sweep.svg"}
     check_artifacts(rendered)
     assert rendered == report.render(json.loads(json.dumps(quick_fused_add_sweep)))  # deterministic
     assert takeaway(rendered["fused_add_sweep.md"]).startswith("forward + backward（dy 与 ds 都回传）：融合版在 ")
     widths = len(quick_fused_add_sweep["results"]["shapes"])
     assert rendered["fused_add_sweep.md"].count("\n| H=") == widths  # one row per width
-    for name in ("fused_add_sweep_misses.md", "fused_add_chunked.md"):
-        assert rendered[name].count("。") == rendered[name].count("。\n") >= 1 and rendered[name].endswith("。\n")
+    misses = rendered["fused_add_sweep_misses.md"]
+    assert misses.count("。") == misses.count("。\n") >= 1 and misses.endswith("。\n")
     assert report.values(quick_fused_add_sweep)["widths"] == str(widths)
 
 
@@ -103,7 +102,9 @@ def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths)
     assert report.values(five_widths) == {
         "widths": "5", "min_width": "512", "max_width": "24576", "tie": "2%", "level_or_ahead": "3", "behind": "2",
         "lowest_peer_width": "H=16383", "lowest_peer_ratio": "0.80×", "lowest_peer": "quack",
-        "lowest_baseline_width": "H=16383", "lowest_baseline_ratio": "0.97×"}
+        "lowest_baseline_width": "H=16383", "lowest_baseline_ratio": "0.97×",
+        "chunked_from": "H=16383", "chunked_widths": "2", "chunked_fwd": "2", "chunked_bwd": "2",
+        "chunked_bwd_at": "H=16383、H=24576"}
     misses = rendered["fused_add_sweep_misses.md"]
     assert ("占拷贝上限不到 85%（宽度 ≥ 1024）的有 H=1024（调用不到 100 µs；最快的对比方案也不到 85%），H=16383（forward、"
             "backward 走分块路径；行没有 16 字节加载；最快的对比方案也不到 85%），H=24576（forward、backward 走分块路径；"
@@ -118,18 +119,20 @@ def test_the_sentences_name_the_counts_the_extremes_and_the_reasons(five_widths)
 
 
 def test_the_chunked_path_is_counted_per_direction_from_the_configs(five_widths):
-    """From the first width where either direction chunks: each direction's count, the widths named where
-    fewer than half of them chunk; a direction that chunks at every such width says so."""
+    """From the first width where either direction chunks: the widths measured from there on and each direction's
+    own (the values name the backward ones); no values when no width chunks."""
     data = copy.deepcopy(five_widths)
     base = data["results"]["shapes"][0]
     data["results"]["shapes"] += [_shape(base, 32768, 100.0, 1.1, 1.0, chunked=("forward",)),
                                   _shape(base, 65536, 100.0, 1.1, 1.0, chunked=("forward",))]
-    sentence = report.render(data)["fused_add_chunked.md"]
-    assert sentence.startswith("更宽的行走分块路径，融合版的查表从 H=16383 起才选它：测过的 H=16383 及以上 4 个行宽中，"
-                               "forward 全部走，backward 只有 2 个（H=16383、H=24576）走分块路径。")
+    assert report.chunked(data) == {"first": 16383, "wide": [16383, 24576, 32768, 65536],
+                                    "forward": [16383, 24576, 32768, 65536], "backward": [16383, 24576]}
+    values = report.values(data)
+    assert (values["chunked_from"], values["chunked_widths"], values["chunked_fwd"], values["chunked_bwd"],
+            values["chunked_bwd_at"]) == ("H=16383", "4", "4", "2", "H=16383、H=24576")
     for s in data["results"]["shapes"]:
         s["ours_configs"]["forward"]["chunked"] = s["ours_configs"]["backward"]["chunked"] = False
-    assert report.render(data)["fused_add_chunked.md"] == "这次测过的行宽里，融合版的查表都没有选分块路径。\n"
+    assert report.chunked(data) is None and "chunked_from" not in report.values(data)
 
 
 def test_the_lowest_ratio_is_named_even_when_ours_leads_everywhere(five_widths):
