@@ -179,7 +179,8 @@ class Qwen3Model(HF_MODEL):
 
 
 def checkpointed(layer) -> bool:
-    """Whether HF's checkpointing will run this layer (GradientCheckpointingLayer's test)."""
+    """Whether HF's checkpointing runs this layer (as GradientCheckpointingLayer
+    decides)."""
     return bool(getattr(layer, "gradient_checkpointing", False) and layer.training
                 and torch.is_grad_enabled())
 

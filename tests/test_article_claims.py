@@ -667,8 +667,8 @@ def test_p1_keypoints_and_ranking_words():
 
 
 def test_fused_add_keypoints_words():
-    """番外 要点: in the 8-layer step the fused add is level with our RMSNorm, at full size too and with more peak
-    memory; at op level no fusion is slower at every shape (forward + backward), and the backward's passes drop."""
+    """番外 要点: in the 8-layer step the fused add is level with our RMSNorm, at full size too (where the old
+    cross-layer patch took more peak memory, §六); at op level no fusion is slower at every shape (forward + backward), and the backward's passes drop."""
     from bench import store
     from bench.report import fullsize, fused_add
     from bench.report.names import tie

@@ -193,4 +193,16 @@ def values(data: dict) -> dict[str, str]:
         out[f"{name}_peak"] = f"{tables.fmt(row['peak'], 3)} GiB"
     out["liger_saves"] = f"{ok['eager']['peak'] - ok['liger']['peak']:.1f} GiB"
     out["fused_add_extra_peak"] = f"{ok[FUSED]['peak'] - ok[data['config']['ours']]['peak']:.1f} GiB"
+    boundary = boundary_bytes(data)
+    out["boundaries"] = str(boundary["count"])
+    out["boundary_tensor"] = f"{boundary['tensor'] / 2**20:.0f} MiB"
+    out["boundary_total"] = f"{boundary['count'] * boundary['tensor'] / 2**30:.2f} GiB"
     return out
+
+
+def boundary_bytes(data: dict) -> dict:
+    """What a checkpointed layer keeps of an un-added pair beyond HF's one tensor: one batch x seq x hidden tensor
+    at each of the L - 1 boundaries between layers (tests/test_qwen3_checkpointing.py measures the rule)."""
+    cfg, g = data["config"], data["config"]["geometry"]
+    element = {"bfloat16": 2, "float16": 2, "float32": 4}[cfg["dtype"]]
+    return {"count": g["num_hidden_layers"] - 1, "tensor": cfg["batch"] * cfg["seq_len"] * g["hidden_size"] * element}
