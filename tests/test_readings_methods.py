@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import docs_tools
 from bench import store
-from bench.report import fsdp2, rmsnorm, step, width_sweep
+from bench.report import fsdp2, fused_add, fused_add_sweep, fusion, rmsnorm, step, width_sweep
 from bench.report.names import OP_LABELS, TRAINING_LABELS, precision_zh, tie
 from bench.report.ops import by_tie
 
 P2_METHODS = "triton-rmsnorm-methods.md"
+EXTRAS_METHODS = "triton-rmsnorm-extras-methods.md"
 
 
 def _step_rows() -> tuple[dict, dict]:
@@ -148,3 +149,126 @@ def test_fsdp2_final_loss_reading():
     assert v["control_final"] == f"{100 * control:.3f}%"
     sentence = docs_tools.sentence(docs_tools.reader_text(P2_METHODS), "末段 loss 与 HF 最多相差")
     assert sentence == f"末段 loss 与 HF 最多相差 {v['worst_final']}（{v['worst_where']}），对照组最多 {v['control_final']}。"
+
+
+# ---------------------------------------------------------------- 番外 methods: the fused residual add
+
+def _widths(widths) -> str:
+    return "、".join(f"H={w}" for w in widths)
+
+
+def test_fused_add_forward_reading():
+    """The forward table by fused_add.json's tie rule (ops.by_tie): the fused kernel "持平" with the fastest peer at
+    some shapes and "快" at the others, slower at none; no fusion is slower everywhere ("用时是它的 N 倍", N > 1)."""
+    data = store.load("fused_add")
+    cfg = fused_add.config(data)
+    rows = [r for r in fused_add.vs_peers(data, "fwd") if r["ratio"] is not None]
+    faster, level, slower = by_tie(rows, tie(cfg))
+    v = docs_tools.values("fused_add")
+    assert v.get("fwd_level") == ("、".join(r["label"] for r in level) or None)
+    assert v.get("fwd_faster") == ("、".join(r["label"] for r in faster) or None)
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    assert f"融合版的 forward 达到拷贝上限的 {v['fwd_of_copy']}。" in page
+    sentence = docs_tools.sentence(page, "与最快的对比方案相比，它在")
+    assert (f"在 {v.get('fwd_level')} 上持平（相差不到 {v['tie']}）" in sentence) == bool(level), sentence
+    assert (f"在 {v.get('fwd_faster')} 上快（对方用时是它的 {v.get('fwd_faster_ratio')} 倍）" in sentence) == bool(faster)
+    assert not slower and "慢" not in sentence
+    assert all(r["ratios"][cfg["baseline"]] > 1 + tie(cfg) for r in rows)
+    sentence = docs_tools.sentence(page, "不融合（本站 RMSNorm + torch 加法）的用时是它的")
+    assert f"的用时是它的 {v['fwd_unfused_ratio']} 倍" in sentence
+
+
+def test_fused_add_sweep_reading():
+    """forward + backward over the sweep, by fused_add_sweep.json's tie rule and target: "在全部 N 个宽度上都不慢于
+    不融合", "M 个与最快的对比方案持平或更快", and how many of the widths from ``target_from_width`` on reach the share."""
+    data = store.load("fused_add_sweep")
+    f, cfg = fused_add_sweep.facts(data), data["config"]
+    v = docs_tools.values("fused_add_sweep")
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    sentence = docs_tools.sentence(page, "forward + backward 里，融合版")
+    every = f["no_slower_than_baseline"] == f["baseline_compared"] == len(f["widths"])
+    assert (f"在全部 {v['widths']} 个宽度上都不慢于不融合" in sentence) == every, sentence
+    assert v["level_or_ahead"] == str(f["level_or_ahead"]) and f["peer_compared"] == len(f["widths"])
+    assert not f["no_result"]  # the reading names no width without a result
+    assert f"{v['level_or_ahead']} 个与最快的对比方案持平或更快（相差 {v['tie']} 以内算持平）" in sentence
+    misses = f["misses"]["of_copy"]
+    assert (v["from_widths"], v["reached"]) == (str(len(f["from_width"])), str(len(f["from_width"]) - len(misses)))
+    assert v["target"] == f"{100 * cfg['targets']['fwd_bwd']:.0f}%"
+    sentence = docs_tools.sentence(page, f"宽度 ≥ {v['target_from']} 的 {v['from_widths']} 个宽度中")
+    assert f"{v['reached']} 个达到拷贝上限的 {v['target']}" in sentence
+
+
+def test_fused_add_sweep_misses_reading():
+    """Each width below the share names the reasons its record gives (fused_add_sweep.reasons): a short call, no
+    16-byte loads, both directions chunked; "除 … 外 … 最快的对比方案也不到": the widths where the fastest peer
+    reaches the share; "只有这一条": the widths with no other reason; "落后于最快的对比方案的只有 …": one width, the
+    lowest peer ÷ ours, chunked."""
+    data = store.load("fused_add_sweep")
+    f, cfg = fused_add_sweep.facts(data), data["config"]
+    why, misses = f["reasons"], f["misses"]["of_copy"]
+    short = [w for w in misses if "short_call" in why[w]]
+    unaligned = [w for w in misses if "no_16_byte_loads" in why[w]]
+    chunked = [w for w in misses if {"chunked_fwd", "chunked_bwd"} & set(why[w])]
+    peer_only = [w for w in misses if why[w] == ["peers_below_target"]]
+    peer_reaches = [w for w in misses if "peers_below_target" not in why[w]]
+    assert set(short + unaligned + chunked + peer_only) == set(misses)  # every miss has its reason on the page
+    v = docs_tools.values("fused_add_sweep")
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    assert docs_tools.sentence(page, f"没到 {v['target']} 的是") == f"没到 {v['target']} 的是 {_widths(misses)}。"
+    sentence = docs_tools.sentence(page, "记录里能看出的原因")
+    assert (f"{_widths(short)} 一次调用不到 {cfg['short_call_us']:g} µs" in sentence) == bool(short), sentence
+    assert (f"{_widths(unaligned)} 的行没有 16 字节加载" in sentence) == bool(unaligned), sentence
+    both = all({"chunked_fwd", "chunked_bwd"} <= set(why[w]) for w in chunked)
+    assert (f"{_widths(chunked)} 的 forward 和 backward 都走分块路径" in sentence) == (bool(chunked) and both)
+    sentence = docs_tools.sentence(page, f"除 {v.get('misses_peer_reaches')} 外")
+    assert (f"除 {_widths(peer_reaches)} 外，这些宽度上最快的对比方案也不到 {v['target']}" in sentence) == \
+        bool(peer_reaches), sentence
+    assert (f"{_widths(peer_only)} 只有这一条" in sentence) == bool(peer_only), sentence
+    behind, low = f["misses"]["peer"], f["lowest_peer"]
+    sentence = docs_tools.sentence(page, "落后于最快的对比方案的只有")
+    assert len(behind) == 1 and behind[0] == low["width"] and low["ratio"] < 1 - tie(cfg)  # "只有" one width
+    assert sentence.startswith(f"落后于最快的对比方案的只有 {_widths(behind)}（{OP_LABELS[low['peer']]} ÷ 融合版为 "
+                               f"{v['lowest_peer_ratio']}）")
+    assert ("它走分块路径" in sentence) == ({"chunked_fwd", "chunked_bwd"} <= set(why[behind[0]])), sentence
+
+
+# ---------------------------------------------------------------- 番外二 methods: the forward tables and the QKV merge
+
+def test_fusion_forward_readings():
+    """fusion.json's 2 % rule (fusion.by_peer_tie): QK-norm + RoPE's forward "快于最快的对比方案" at some shapes and
+    slower than torch.compile(HF) at the others, level nowhere; SwiGLU's forward slower than the fastest peer
+    ("都比 … 慢") at every shape, the peers named the fastest ones."""
+    data = store.load("fusion")
+    v = docs_tools.values("fusion")
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    qk = fusion.by_peer_tie(data, "qk_rope", "fwd")
+    sentence = docs_tools.sentence(page, "QK-norm + RoPE 的 forward 达到拷贝上限的")
+    assert (f"在 {v.get('qk_fwd_faster')} 上快于最快的对比方案（对方用时是本站的 {v.get('qk_fwd_faster_ratio')} 倍）"
+            in sentence) == bool(qk["faster"]), sentence
+    slower_than_compile = bool(qk["slower"]) and {r["peer"] for r in qk["slower"]} == {"compile_hf"}
+    assert (f"在 {v.get('qk_fwd_slower')} 上比 `torch.compile(HF)` 慢 {v.get('qk_fwd_slower_by')}" in sentence) == \
+        slower_than_compile, sentence
+    assert not qk["level"] and "持平" not in sentence
+    sw, rows = fusion.by_peer_tie(data, "swiglu", "fwd"), fusion.rows(data, "swiglu", "fwd")
+    assert v["swiglu_shapes"] == str(len(rows)) and v["swiglu_fwd_slower_peers"] == " 或 ".join(
+        dict.fromkeys(OP_LABELS[r["peer"]] for r in sw["slower"]))
+    sentence = docs_tools.sentence(page, "SwiGLU 的 forward 达到拷贝上限的")
+    every = len(sw["slower"]) == len(rows)
+    assert (f"{v['swiglu_shapes']} 个形状上都比最快的对比方案（{v['swiglu_fwd_slower_peers']}）慢 "
+            f"{v['swiglu_fwd_slower_by']}" in sentence) == every, sentence
+
+
+def test_qkv_readings():
+    """The merged QKV GEMM against the three, per phase by fusion.json's 2 % rule (fusion.gemm_by_tie): "更快",
+    "两者持平" and "更慢" each name exactly the shapes of their group, and a phase without a group does not say it."""
+    data = store.load("fusion")
+    v = docs_tools.values("fusion")
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    assert v["qkv_tie"] == f"{100 * tie(data['config']):.0f}%"
+    for phase, start in (("fwd", "合并后的 forward 在"), ("fwd_bwd", "合并后的 forward + backward 在")):
+        groups = fusion.gemm_by_tie(data, "qkv", phase)
+        sentence = docs_tools.sentence(page, start)
+        for group, word in (("faster", "更快"), ("level", "两者持平"), ("slower", "更慢")):
+            assert v.get(f"qkv_{phase}_{group}") == ("、".join(r["label"] for r in groups[group]) or None)
+            assert (f"在 {v.get(f'qkv_{phase}_{group}')} 上{word}" in sentence) == bool(groups[group]), (phase, sentence)
+            assert (word in sentence) == bool(groups[group]), (phase, word, sentence)

@@ -104,7 +104,8 @@ def _table(data, phase) -> str:
     body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
              OP_LABELS.get(r["peer"], "—"), f(r["peer_us"]), prose.times(r["ratio"]) if r["ratio"] else "—"] for r in rows]
     table = tables.md_table(["形状", "融合版（µs）", "占拷贝上限", "最快的对比方案", "对比方案（µs）", "对比方案 ÷ 融合版"], body, "lrrlrr")
-    return prose.page(table, _caption(data, phase), _takeaway(data, phase, rows))
+    # the forward table is read by hand on the methods page (values(): forward_values)
+    return prose.page(table, _caption(data, phase), _takeaway(data, phase, rows) if phase != "fwd" else None)
 
 
 def _ratio_table(data) -> str:
@@ -203,7 +204,8 @@ def render(data: dict) -> dict[str, str]:
 
 
 def values(data: dict) -> dict[str, str]:
-    """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer."""
+    """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer, and the
+    methods page's reading of the forward table (forward_values)."""
     data = current(data)
     p, baseline = passes(data), config(data)["baseline"]
     out = {"fwd_passes_unfused": str(p["unfused"]["fwd"]), "fwd_passes_fused": str(p["fused"]["fwd"]),
@@ -214,4 +216,21 @@ def values(data: dict) -> dict[str, str]:
         out[f"{phase}_unfused_ratio"] = prose.times_span(r["ratios"][baseline] for r in rows)
         out[f"{phase}_peer_ratio"] = prose.times_span(r["ratio"] for r in rows)
         out[f"{phase}_of_copy"] = prose.pct_span(r["of_copy"] for r in rows)
+    return out | forward_values(data)
+
+
+def forward_values(data: dict) -> dict[str, str]:
+    """The methods page's reading of the forward table: the shapes, the run's tie, and the shapes where the fused
+    kernel is faster than, level with or slower than the fastest peer (``fwd_<faster|level|slower>``), with the
+    peer's time ÷ ours where faster (``fwd_faster_ratio``) and how much slower where slower (``fwd_slower_by``)."""
+    rows = [r for r in vs_peers(data, "fwd") if r["ratio"] is not None]
+    faster, level, slower = by_tie(rows, tie(config(data)))
+    out = {"fwd_shapes": str(len(rows)), "tie": prose.pct(tie(config(data)))}
+    for name, group in (("faster", faster), ("level", level), ("slower", slower)):
+        if group:
+            out[f"fwd_{name}"] = prose.join(r["label"] for r in group)
+    if faster:
+        out["fwd_faster_ratio"] = prose.times_span(r["ratio"] for r in faster)
+    if slower:
+        out["fwd_slower_by"] = prose.pct_span(1 / r["ratio"] - 1 for r in slower)
     return out
