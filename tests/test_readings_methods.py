@@ -215,7 +215,7 @@ def test_fused_add_sweep_misses_reading():
     v = docs_tools.values("fused_add_sweep")
     page = docs_tools.reader_text(EXTRAS_METHODS)
     assert docs_tools.sentence(page, f"没到 {v['target']} 的是") == f"没到 {v['target']} 的是 {_widths(misses)}。"
-    sentence = docs_tools.sentence(page, "记录里能看出的原因")
+    sentence = docs_tools.sentence(page, "记录里能看出的可能原因")
     assert (f"{_widths(short)} 一次调用不到 {cfg['short_call_us']:g} µs" in sentence) == bool(short), sentence
     assert (f"{_widths(unaligned)} 的行没有 16 字节加载" in sentence) == bool(unaligned), sentence
     both = all({"chunked_fwd", "chunked_bwd"} <= set(why[w]) for w in chunked)
