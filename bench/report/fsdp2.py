@@ -58,55 +58,26 @@ def _where(variant: str, contender: str) -> str:
 
 
 def article_facts(data: dict) -> dict:
-    """The facts behind 篇2 §六's FSDP2 sentence, all from the data file: what was gated and passed, the
-    largest final-loss difference from HF (and the control's), step time relative to HF, peak memory."""
+    """The facts behind the methods page's FSDP2 reading, all from the data file: what was gated and passed, and the
+    largest final-loss difference from HF (and the control's)."""
     data = current(data)
     cfg, results, env = config(data), data["results"], data["environment"]
     variants, gated_ids = cfg["variants"], cfg["gated"]
     gated = [(v, a) for v in variants for a in gated_ids if results[v][a]["status"] == "ok"]
     worst = max(gated, key=lambda va: results[va[0]][va[1]]["gate"]["final_rel_diff"], default=None)
-    ok = [(v, a) for v in variants for a in cfg["contenders"] if results[v][a]["status"] == "ok"]
     return {
         "gpus": cfg["world_size"], "gpu": (env.get("gpu") or "").replace("NVIDIA ", "") or None,
         "steps": cfg["steps"], "variants": [precision_zh(v) for v in variants],
-        "gated": [TRAINING_LABELS[a] for a in gated_ids if any(a == b for _, b in gated)],
         # every gated contender that could run here (not unavailable, not left out of a quick run) was gated
         "all_gated": len(gated) == sum(results[v][a]["status"] not in ("unavailable", "skipped")
                                        for v in variants for a in gated_ids),
         "passed": results["passed"],
-        "gate_passed": [_where(v, a) for v, a in gated if results[v][a]["gate"]["passed"]],
         "failed": [_where(v, a) for v, a in gated if not results[v][a]["gate"]["passed"]],
-        "unavailable": [TRAINING_LABELS[a] for a in results["unavailable"]],
-        "errors": [_where(v, a) for v in variants for a in cfg["contenders"] if results[v][a]["status"] == "error"],
         "worst_final_rel_diff": results[worst[0]][worst[1]]["gate"]["final_rel_diff"] if worst else None,
         "worst": _where(*worst) if worst else None,
         "control_final_rel_diff": max((results[v]["control"]["gate"]["final_rel_diff"] for v, _ in gated),
                                       default=None),
-        "step_vs_hf": {_where(v, a): max(results[v][a]["median_step_ms"]) / max(results[v]["hf"]["median_step_ms"])
-                       for v, a in ok if a != "hf"},
-        "peak_gib": {_where(v, a): max(results[v][a]["peak_gib"]) for v, a in ok
-                     if None not in results[v][a]["peak_gib"]},
     }
-
-
-def takeaway(data: dict) -> str:
-    f = article_facts(data)
-    text = (f"{f['gpus']} 张 {f['gpu']} 上" if f["gpu"] else f"{f['gpus']} 个 CPU 进程") + f"用 FSDP2 训练 {f['steps']} 步"
-    if f["gated"]:
-        if f["all_gated"] and not f["failed"]:
-            text += "，" + prose.glue(prose.join(f["gated"]), f"在 {len(f['variants'])} 种精度设置下都通过 loss 门限")
-        else:
-            text += f"，通过 loss 门限的：{prose.join(f['gate_passed']) or '无'}"
-            text += f"；未通过的：{prose.join(f['failed'])}" if f["failed"] else ""
-        text += (f"；末段 loss 与 HF 最多相差 {prose.pct(f['worst_final_rel_diff'], 3)}（{f['worst']}），"
-                 f"对照组最多 {prose.pct(f['control_final_rel_diff'], 3)}")
-    else:
-        text += "，没有可判定的补丁"
-    if f["errors"]:
-        text += f"；出错：{prose.join(f['errors'])}"
-    if f["unavailable"]:
-        text += f"；{prose.join(f['unavailable'])}不可用"
-    return text + "。"
 
 
 def matrix_tflop_per_gpu(data: dict, variants) -> float:
@@ -121,10 +92,10 @@ def matrix_tflop_per_gpu(data: dict, variants) -> float:
 
 def values(data: dict) -> dict[str, str]:
     """{{ fsdp2.NAME }}: the figures of the hand-written readings: GPUs, steps, precision settings, the model's size,
-    each GPU's matrix work per step, and each contender's step time per precision setting
-    (``<variant>_<contender>_ms``, the larger of the GPUs' medians); ``fused_add_rate``: that matrix work (over the
-    settings where HF and the fused patch both trained) spread over the fastest of their steps, what 番外 §七
-    compares with the GPU's peak."""
+    each GPU's matrix work per step, the largest final-loss difference from HF (where, and the control's), and each
+    contender's step time per precision setting (``<variant>_<contender>_ms``, the larger of the GPUs' medians);
+    ``fused_add_rate``: that matrix work (over the settings where HF and the fused patch both trained) spread over
+    the fastest of their steps, what 番外 §七 compares with the GPU's peak."""
     data = current(data)
     cfg, results, f = config(data), data["results"], article_facts(data)
     m = cfg["geometry"]
@@ -132,6 +103,10 @@ def values(data: dict) -> dict[str, str]:
            "layers": str(m["num_hidden_layers"]), "hidden": str(m["hidden_size"])}
     if f["gpu"]:
         out["gpu"] = f["gpu"]
+    if f["worst"]:  # the largest final-loss difference from HF of a gated contender, and the control's
+        out["worst_final"] = prose.pct(f["worst_final_rel_diff"], 3)
+        out["worst_where"] = f["worst"]
+        out["control_final"] = prose.pct(f["control_final_rel_diff"], 3)
     ran = [v for v in cfg["variants"] if results[v]["hf"]["status"] == "ok"]
     if ran:
         out["tflop"] = f"{matrix_tflop_per_gpu(data, ran):.2g} TFLOP"
@@ -197,7 +172,7 @@ def render(data: dict) -> dict[str, str]:
     out = {}
     if "large" in data["results"]:
         out["fsdp2_large.md"] = large_table(data)
-    return out | {"fsdp2.md": prose.page(table, _caption(data), takeaway(data)),
+    return out | {"fsdp2.md": prose.page(table, _caption(data)),
             "fsdp2.svg": loss_plot(curves, cfg["gate"]["step_rtol"], *_legend(cfg))}
 
 

@@ -59,19 +59,6 @@ def _not_measured(data) -> str:
     return current(data)["results"].get("skipped", {}).get(config(data)["ours"]) or "没有结果"
 
 
-def _takeaway(data, phase, rows) -> str:
-    mine = [r for r in rows if r["ratio"] is not None]
-    if not mine:
-        return f"{PHASES[phase]}：融合版未测（{_not_measured(data)}）。"
-    text = (f"{PHASES[phase]}：融合版在 {len(mine)} 个形状上达到拷贝上限的 {prose.pct_span(r['of_copy'] for r in mine)}；"
-            f"{compare_sentence(mine, tie(config(data)), subject='融合版')}")
-    baseline = config(data)["baseline"]
-    unfused = [r["ratios"][baseline] for r in mine if r["ratios"].get(baseline)]
-    if unfused:
-        text += f"；不融合（本站 RMSNorm + torch 加法）用时是融合版的 {prose.times_span(unfused)} 倍"
-    return text + "。"
-
-
 def liger_vs_unfused(data) -> list[tuple[str, float]]:
     """Per shape (forward + backward): Liger's fused add + RMSNorm time ÷ no fusion's, from the two ratios to ours
     (番外 §七's caveat on reaching for it); shapes missing either side are left out."""
@@ -93,8 +80,9 @@ def _table(data, phase) -> str:
     body = [[r["label"], f(r["ours_us"]), prose.pct(r["of_copy"]) if r["of_copy"] is not None else "—",
              OP_LABELS.get(r["peer"], "—"), f(r["peer_us"]), prose.times(r["ratio"]) if r["ratio"] else "—"] for r in rows]
     table = tables.md_table(["形状", "融合版（µs）", "占拷贝上限", "最快的对比方案", "对比方案（µs）", "对比方案 ÷ 融合版"], body, "lrrlrr")
-    # the forward + backward table's reading is hand-written on 番外 §六 (its figures: values)
-    return prose.page(table, _caption(data, phase), None if phase == "fwd_bwd" else _takeaway(data, phase, rows))
+    missing = "" if any(r["ratio"] is not None for r in rows) else f"融合版未测（{_not_measured(data)}）。"
+    # both tables are read by hand: forward on the methods page, forward + backward on 番外 §六 (values)
+    return prose.page(table, missing + _caption(data, phase))
 
 
 def _ratio_table(data) -> str:
@@ -195,7 +183,8 @@ def render(data: dict) -> dict[str, str]:
 def values(data: dict) -> dict[str, str]:
     """{{ fused_add.NAME }}: passes over the tensor, the fused kernel against no fusion and the fastest peer; forward +
     backward: the tie rule, the shapes, those where ours beats the fastest peer by it and those level with it,
-    and Liger's fused add + RMSNorm against no fusion (where slower, by how much, where faster)."""
+    and Liger's fused add + RMSNorm against no fusion (where slower, by how much, where faster); and the methods
+    page's reading of the forward table (forward_values)."""
     data = current(data)
     p, baseline = passes(data), config(data)["baseline"]
     out = {"fwd_passes_unfused": str(p["unfused"]["fwd"]), "fwd_passes_fused": str(p["fused"]["fwd"]),
@@ -217,4 +206,21 @@ def values(data: dict) -> dict[str, str]:
     out["liger_slower"] = str(len(slower))
     out["liger_slower_ratio"] = prose.times_span(v for _, v in slower)
     out["liger_faster_at"] = prose.join(label for label, _ in faster)
+    return out | forward_values(data)
+
+
+def forward_values(data: dict) -> dict[str, str]:
+    """The methods page's reading of the forward table: the shapes, the run's tie, and the shapes where the fused
+    kernel is faster than, level with or slower than the fastest peer (``fwd_<faster|level|slower>``), with the
+    peer's time ÷ ours where faster (``fwd_faster_ratio``) and how much slower where slower (``fwd_slower_by``)."""
+    rows = [r for r in vs_peers(data, "fwd") if r["ratio"] is not None]
+    faster, level, slower = by_tie(rows, tie(config(data)))
+    out = {"fwd_shapes": str(len(rows)), "tie": prose.pct(tie(config(data)))}
+    for name, group in (("faster", faster), ("level", level), ("slower", slower)):
+        if group:
+            out[f"fwd_{name}"] = prose.join(r["label"] for r in group)
+    if faster:
+        out["fwd_faster_ratio"] = prose.times_span(r["ratio"] for r in faster)
+    if slower:
+        out["fwd_slower_by"] = prose.pct_span(1 / r["ratio"] - 1 for r in slower)
     return out

@@ -1,6 +1,7 @@
 """fused_add_sweep.json -> the fused residual add + RMSNorm at every hidden size: the methods page's per-width
-table, the sentence naming each width that misses a target and why, the ratio plot, and the figures of the
-article's hand-written readings (``values``: {{ fused_add_sweep.NAME }}: §六's any-width result, §二's chunked path).
+table, the ratio plot, and the figures of the article's and the methods page's hand-written readings (``values``:
+{{ fused_add_sweep.NAME }}: §六's any-width result, §二's chunked path; the methods page names each width that
+misses a target and why).
 
 Everything comes from the record: the contenders and their roles, the tie rule, the targets (share of the
 copy ceiling from a width on; no slower than the baseline; level with the fastest peer), and, per width,
@@ -16,14 +17,9 @@ from bench.report.ops import copy_ceiling, fastest_peer, ours_vs_peers, size
 
 NAME = "fused_add_sweep"
 PHASE = "fwd_bwd"  # the phase of the table, the plot and the article: the one the targets are set for
-# Why a width can miss a target, as far as the record shows it, in the order the sentence names them.
-REASONS = {"chunked_fwd": "forward", "chunked_bwd": "backward",  # "forward、backward 走分块路径"
-           "no_16_byte_loads": "行没有 16 字节加载", "short_call": "调用不到 {short_call_us:g} µs",
-           "peers_below_target": "最快的对比方案也不到 {share}"}
-CHUNKED = "{directions} 走分块路径"
-UNEXPLAINED = "数据里看不出原因"
-TARGET_WORDS = {"of_copy": "占拷贝上限不到 {share}（宽度 ≥ {start}）", "baseline": "慢于不融合",
-                "peer": "落后于最快的对比方案"}
+# Why a width can miss a target, as far as the record shows it (the ids reasons() gives, in its order): the forward
+# or the backward takes the chunked path (chunked_fwd, chunked_bwd), the rows have no 16-byte loads
+# (no_16_byte_loads), the call is short (short_call), and the fastest peer misses the share too (peers_below_target).
 
 
 def ceiling(res) -> dict:
@@ -37,7 +33,7 @@ def _label(width) -> str:
 
 
 def reasons(data, shape, phase) -> list[str]:
-    """The reasons the record gives for ours being slow at this width, in REASONS order."""
+    """The reasons the record gives for ours being slow at this width (the ids listed above, in that order)."""
     cfg = data["config"]
     out = []
     configs = shape.get("ours_configs", {})
@@ -121,25 +117,6 @@ def _tie_words(cfg) -> str:
     return f"相差 {prose.pct(tie(cfg))} 以内算持平"
 
 
-def takeaway(data) -> str:
-    cfg = data["config"]
-    f = facts(data)
-    if not f["baseline_compared"] and not f["peer_compared"]:
-        return f"{PHASES[PHASE]}：融合版在 {len(f['widths'])} 个宽度上都没有可比的结果。"
-    parts = [f"融合版在 {f['baseline_compared']} 个宽度中的 {f['no_slower_than_baseline']} 个上不慢于不融合"]
-    if f["peer_compared"]:
-        parts.append(f"在 {f['peer_compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的对比方案持平或更快")
-    text = f"{PHASES[PHASE]}（dy 与 ds 都回传）：" + "，".join(parts) + f"（{_tie_words(cfg)}）"
-    if PHASE in cfg["targets"] and f["from_width"]:
-        reached = len(f["from_width"]) - len(f["misses"]["of_copy"])
-        text += (f"；宽度 ≥ {cfg['target_from_width']} 的 {len(f['from_width'])} 个宽度中 {reached} 个达到拷贝上限的 "
-                 f"{prose.pct(cfg['targets'][PHASE])}")
-    fwd = facts(data, "fwd")
-    if fwd["of_copy"]:
-        text += f"；forward 占拷贝上限 {prose.pct_span(fwd['of_copy'])}"
-    return text + "。"
-
-
 def caption(data) -> str:
     cfg, res = data["config"], data["results"]
     top = ceiling(res)
@@ -166,7 +143,7 @@ def _table(data) -> str:
              ratio(r["baseline"]), OP_LABELS.get(r["peer"], "—"), ratio(r["peer_ratio"])] for r in rows]
     table = tables.md_table(["宽度", "融合版（µs）", "占拷贝上限", "不融合 ÷ 融合版", "最快的对比方案", "对比方案 ÷ 融合版"],
                             body, "lrrrlr")
-    return prose.page(table, caption(data), takeaway(data))
+    return prose.page(table, caption(data))  # read by hand on the methods page (values(): reading_values)
 
 
 def chunked(data) -> dict | None:
@@ -185,52 +162,6 @@ def chunked(data) -> dict | None:
     wide = [s for s in shapes if s["width"] >= first]
     return {"first": first, "wide": [s["width"] for s in wide]} | {
         d: [s["width"] for s in wide if takes(s, d)] for d in directions}
-
-
-def reason_text(cfg, keys, phase=PHASE) -> str:
-    """'forward、backward 走分块路径；行没有 16 字节加载' for the reason ids ``keys``."""
-    chunked = [REASONS[k] for k in keys if k.startswith("chunked_")]
-    parts = [CHUNKED.format(directions=prose.join(chunked))] if chunked else []
-    parts += [REASONS[k].format(**cfg, share=prose.pct(cfg["targets"].get(phase, 0)))
-              for k in keys if not k.startswith("chunked_")]
-    return "；".join(parts) or UNEXPLAINED
-
-
-def _grouped(data, phase, widths, target) -> str:
-    """'H=1024、H=1152（调用不到 100 µs），H=16383（…）': widths with the same reasons together, groups in
-    the order of their first width, the widths the record gives no reason for last. That the fastest peer
-    misses the share too is said only where ours misses the share (``target`` "of_copy")."""
-    cfg = data["config"]
-    reasons_of = facts(data, phase)["reasons"]
-    groups: dict[tuple, list[int]] = {}
-    for w in widths:
-        keys = [k for k in reasons_of[w] if target == "of_copy" or k != "peers_below_target"]
-        groups.setdefault(tuple(keys), []).append(w)
-    ordered = sorted(groups.items(), key=lambda item: not item[0])  # stable: the unexplained last
-    return "，".join(f"{_widths(members)}（{reason_text(cfg, key, phase)}）" for key, members in ordered)
-
-
-def target_phases(cfg) -> list[str]:
-    """The phases the run set any target for, forward first."""
-    named = set(cfg["targets"]) | set(cfg["no_slower_than_baseline"]) | set(cfg["level_with_best_peer"])
-    return [p for p in PHASES if p in named]
-
-
-def misses_sentence(data) -> str:
-    """Each width that misses a target, per phase, grouped by target and by the reasons the record gives."""
-    cfg = data["config"]
-    clauses = []
-    for phase in target_phases(cfg):
-        f = facts(data, phase)
-        words = {"of_copy": TARGET_WORDS["of_copy"].format(share=prose.pct(cfg["targets"].get(phase, 0)),
-                                                           start=cfg["target_from_width"]),
-                 "baseline": TARGET_WORDS["baseline"], "peer": TARGET_WORDS["peer"]}
-        parts = [f"{words[target]}的有 {_grouped(data, phase, widths, target)}" if widths else f"没有{words[target]}的宽度"
-                 for target, widths in f["misses"].items()]
-        if f["no_result"]:
-            parts.append(f"融合版在 {_widths(f['no_result'])} 上没有结果")
-        clauses.append(f"{PHASES[phase]}：" + "；".join(parts))
-    return f"较慢的宽度（{_tie_words(cfg)}）——" + "。".join(clauses) + "。\n"
 
 
 def _plot(data) -> str:
@@ -270,7 +201,7 @@ def _plot(data) -> str:
 
 
 def render(data: dict) -> dict[str, str]:
-    return {"fused_add_sweep.md": _table(data), "fused_add_sweep_misses.md": misses_sentence(data),
+    return {"fused_add_sweep.md": _table(data),
             "fused_add_sweep.svg": _plot(data)}
 
 
@@ -295,4 +226,34 @@ def values(data: dict) -> dict[str, str]:
         out |= {"chunked_from": _label(path["first"]), "chunked_widths": str(len(path["wide"])),
                 "chunked_fwd": str(len(path["forward"])), "chunked_bwd": str(len(path["backward"])),
                 "chunked_bwd_at": _widths(path["backward"])}
+    return out | reading_values(data)
+
+
+def reading_values(data: dict) -> dict[str, str]:
+    """The methods page's reading of the table and of its misses: how many widths are no slower than the baseline
+    (``no_slower``), the share of the copy ceiling from ``target_from`` on (how many widths, how many reach it, the
+    ones that miss it), the forward's share span; per reason the record gives, the widths that miss the share for
+    it (``misses_<short_call|unaligned|chunked>``), those with no reason but the fastest peer's own miss
+    (``misses_peer_only``) and those where the fastest peer does reach the share (``misses_peer_reaches``; a miss
+    with no reason at all is in no group: the page cannot explain it); the widths behind the fastest peer
+    (``behind_widths``)."""
+    cfg, f = data["config"], facts(data)
+    out = {"no_slower": str(f["no_slower_than_baseline"]), "short_call": f"{cfg['short_call_us']:g} µs"}
+    if f["misses"].get("peer"):
+        out["behind_widths"] = _widths(f["misses"]["peer"])
+    if PHASE in cfg["targets"]:
+        misses = f["misses"]["of_copy"]
+        out |= {"target_from": str(cfg["target_from_width"]), "target": prose.pct(cfg["targets"][PHASE]),
+                "from_widths": str(len(f["from_width"])), "reached": str(len(f["from_width"]) - len(misses)),
+                "misses": _widths(misses)}
+        why = f["reasons"]
+        groups = {"short_call": [w for w in misses if "short_call" in why[w]],
+                  "unaligned": [w for w in misses if "no_16_byte_loads" in why[w]],
+                  "chunked": [w for w in misses if {"chunked_fwd", "chunked_bwd"} & set(why[w])],
+                  "peer_only": [w for w in misses if why[w] == ["peers_below_target"]],
+                  "peer_reaches": [w for w in misses if "peers_below_target" not in why[w]]}
+        out |= {f"misses_{name}": _widths(widths) for name, widths in groups.items() if widths}
+    fwd = facts(data, "fwd")
+    if fwd["of_copy"]:
+        out["fwd_of_copy"] = prose.pct_span(fwd["of_copy"])
     return out

@@ -3,30 +3,33 @@ and the merged QKV projection (one GEMM against three).
 
 Per memory-bound kernel and phase (forward, forward + backward) one table: a row per shape (the Qwen3 sizes
 that have it), this site's kernel in µs with its share of the copy ceiling, and each peer's time ÷ ours
-(above 1: ours is faster). A forward table's takeaway compares ours with the fastest peer under the run's tie
-rule (level within 2 %); the forward + backward tables have none (番外二 writes their reading by hand).
+(above 1: ours is faster).
 
 A GEMM kernel (its config names a ``baseline`` and a ``merged`` contender instead of ``ours``: ``qkv``) gets
-one file, ``fusion_<kernel>.md``, only when the data holds it, with a table per phase: a row per shape (the
-merged weight's N × K), both variants in µs with their TFLOP/s, the merged time ÷ the baseline's (below 1:
-merging is faster), any other contender's time ÷ the baseline's, and the kernels per call (as the profiler
-counted them on the GPU; without that record, the launches the experiment counts from the algorithm).
+its two files, ``fusion_<kernel>_<phase>.md``, only when the data holds it: a row per shape (the merged weight's
+N × K), both variants in µs with their TFLOP/s, the merged time ÷ the baseline's (below 1: merging is faster),
+any other contender's time ÷ the baseline's, and the kernels per call (as the profiler counted them on the GPU;
+without that record, the launches the experiment counts from the algorithm).
+
+No table carries a sentence: 番外二 and its methods page read them by hand, with the run's tie rule (level within
+2 %) splitting the shapes (:func:`by_peer_tie`, :func:`gemm_by_tie`) and bench/report/fusion_page.py's
+``summary_values`` giving the numbers.
 """
 from __future__ import annotations
 
 from bench.report import prose, tables
 from bench.report.names import OP_LABELS, PHASES, tie
-from bench.report.ops import at, by_tie, ceiling_text, compare_sentence, copy_ceiling, fastest_peer
+from bench.report.ops import by_tie, ceiling_text, copy_ceiling, fastest_peer
 
 NAME = "fusion"
-TITLES = {"qk_rope": "QK-norm + RoPE", "swiglu": "SwiGLU"}
 MOVED = {
     "qk_rope": {"fwd": "读 q、k、cos、sin，写旋转后的 q、k",
                 "fwd_bwd": "forward 之外，backward 读两个输出梯度、q、k、cos、sin，写 dq、dk"},
     "swiglu": {"fwd": "读 gate、up，写 act", "fwd_bwd": "forward 之外，backward 读 gate、up、d_act，写 d_gate、d_up"},
 }
-# The GEMM kernels: what the table's short column names call each contender, and why merging changes the count.
-TITLES["qkv"] = "QKV 投影"
+# The GEMM kernels: their names, what the table's short column names call each contender, and why merging changes
+# the count.
+TITLES = {"qkv": "QKV 投影"}
 SHORT = {"three_gemms": "三个", "compile_three": "compile", "merged_gemm": "合并"}
 WHY = {
     "fwd": "forward 三个 GEMM 各读一次 x，合并只读一次，输出切成 q、k、v 三个视图，不另起 kernel",
@@ -78,17 +81,17 @@ def table(data, kernel, phase) -> str:
     ours = OP_LABELS[data["config"]["kernels"][kernel]["ours"]]
     headers = ["形状（Qwen3）", f"{ours} µs（占拷贝上限）", *(f"{OP_LABELS[n]} ÷ 本站" for n in names)]
     table = tables.md_table(headers, body, "ll" + "r" * len(names))
-    ranked = [r for r in body_rows if r["peer"]]
-    # the forward + backward tables' readings are hand-written on 番外二 (fusion_page.summary_values gives their
-    # numbers); the forward tables, on the methods page, keep their generated takeaway
-    takeaway = None if phase == "fwd_bwd" else (f"{TITLES[kernel]} {PHASES[phase]}：本站在 {len(body_rows)} 个形状上达到拷贝上限的 "
-                f"{prose.pct_span(r['of_copy'] for r in body_rows)}"
-                + (f"；{compare_sentence(ranked, tie(data['config']), subject='本站', other='最快的对比方案')}"
-                   if ranked else "") + "。")
     caption = (f"bf16，{data['config']['tokens']} 个 token（B=4，T=4096）。时间为每次调用的 GPU 时间：CUDA graph "
                f"重放、轮换输入（不复用 L2）的中位数；比值大于 1 表示本站更快。字节按最少计（{MOVED[kernel][phase]}）；"
                f"拷贝上限为{ceiling_text(flat(data['results']))}。")
-    return prose.page(table, caption, takeaway)
+    return prose.page(table, caption)  # read by hand: 番外二 (fwd_bwd) and its methods page (fwd)
+
+
+def by_peer_tie(data, kernel, phase) -> dict[str, list[dict]]:
+    """rows() of the shapes with a peer, split by the run's tie rule: ours faster than the fastest peer, level
+    with it, or slower ({"faster", "level", "slower"})."""
+    faster, level, slower = by_tie([r for r in rows(data, kernel, phase) if r["peer"]], tie(data["config"]))
+    return {"faster": faster, "level": level, "slower": slower}
 
 
 def gemm_rows(data, kernel, phase) -> list[dict]:
@@ -117,27 +120,11 @@ def gemm_rows(data, kernel, phase) -> list[dict]:
     return out
 
 
-def gemm_sentence(rows, tie: float, kernel: str, phase: str) -> str:
-    """Merged against three under the tie rule: faster, level or slower, and where; then any other contender."""
-    slower_at, level_at, faster_at = by_tie(rows, tie)  # the ratio is merged ÷ three: below 1, merging is faster
-    if len(faster_at) == len(rows):
-        top = min(rows, key=lambda r: r["ratio"])
-        clauses = [f"合并成一个 GEMM 在全部 {len(rows)} 个形状上更快，用时是三个 GEMM 的 "
-                   f"{prose.times_span(r['ratio'] for r in rows)} 倍（差距最大在 {top['label']}）"]
-    else:
-        clauses = []
-        if faster_at:
-            clauses.append(f"{at(r['label'] for r in faster_at)}合并成一个 GEMM 更快（用时是三个 GEMM 的 "
-                           f"{prose.times_span(r['ratio'] for r in faster_at)} 倍）")
-        if level_at:
-            clauses.append(f"{at(r['label'] for r in level_at)}两者持平（相差不到 {prose.pct(tie)}）")
-        if slower_at:
-            clauses.append(f"{at(r['label'] for r in slower_at)}合并后更慢（用时是三个 GEMM 的 "
-                           f"{prose.times_span(r['ratio'] for r in slower_at)} 倍）")
-    others = dict.fromkeys(n for r in rows for n in r["others"])
-    clauses += [f"{OP_LABELS[n]} 的用时是三个 GEMM 的 {prose.times_span(r['others'][n] for r in rows if n in r['others'])} 倍"
-                for n in others]
-    return f"{TITLES[kernel]} {PHASES[phase]}：" + "；".join(clauses) + "。"
+def gemm_by_tie(data, kernel, phase) -> dict[str, list[dict]]:
+    """gemm_rows() split by the run's tie rule on merged ÷ baseline: merging faster, level, or slower
+    ({"faster", "level", "slower"})."""
+    slower, level, faster = by_tie(gemm_rows(data, kernel, phase), tie(data["config"]))  # below 1: merging is faster
+    return {"faster": faster, "level": level, "slower": slower}
 
 
 def gemm_table(data, kernel, phase) -> str:
@@ -167,15 +154,9 @@ def gemm_table(data, kernel, phase) -> str:
                f"N =（Hq + 2·Hkv）× head_dim。时间为每次调用的 GPU 时间：CUDA graph 重放、轮换输入的中位数；"
                f"比值为用时之比，小于 1 表示更快。TFLOP/s 按 FLOP 数 {flops}，两种做法的 FLOP 相同。"
                f"{kernels}。{WHY[phase]}。")
-    return prose.page(table, caption, gemm_sentence(body_rows, tie(data["config"]), kernel, phase))
+    return prose.page(table, caption)  # read by hand on the methods page
 
 
 def render(data: dict) -> dict[str, str]:
-    out = {}
-    for kernel in data["results"]["kernels"]:
-        if is_gemm(data, kernel):
-            out[f"fusion_{kernel}.md"] = "\n".join(gemm_table(data, kernel, phase) for phase in ("fwd", "fwd_bwd"))
-            continue
-        for phase in ("fwd", "fwd_bwd"):
-            out[f"fusion_{kernel}_{phase}.md"] = table(data, kernel, phase)
-    return out
+    return {f"fusion_{kernel}_{phase}.md": (gemm_table if is_gemm(data, kernel) else table)(data, kernel, phase)
+            for kernel in data["results"]["kernels"] for phase in ("fwd", "fwd_bwd")}

@@ -9,9 +9,9 @@ them (``diag-qk-probe-*.log``, ``diag-swiglu-probe-*.log``: each prints JSON lin
 
 and ``summary_values(load)``, the figures the page's hand-written 要点 and readings write ({{ fusion.NAME }}),
 among them the merged QKV projection's saving per step (fusion.json's qkv kernel against step_fusion.json's
-resolution), what FMA contraction did to the QK kernel's bits (the QK probe) and the SwiGLU probe's bits and
-times; tests/test_readings_fusion.py and tests/test_readings_extras.py check their comparison words against the
-data.
+resolution), what FMA contraction did to the QK kernel's bits (the QK probe), the SwiGLU probe's bits and times,
+and the methods page's readings of the forward and QKV tables (``methods_values``); tests/test_readings_fusion.py,
+tests/test_readings_extras.py and tests/test_readings_methods.py check their comparison words against the data.
 
 The tables themselves are bench/report/fusion.py's (``fusion_<kernel>_<phase>.md``).
 """
@@ -22,7 +22,8 @@ import json
 from bench import store
 from bench.report import prose, tables
 from bench.report import step_fusion
-from bench.report.fusion import gemm_rows, is_gemm, peers as fusion_peers, rows as fusion_rows
+from bench.report.fusion import (by_peer_tie, gemm_by_tie, gemm_rows, is_gemm, peers as fusion_peers,
+                                 rows as fusion_rows)
 from bench.report.names import OP_LABELS, tie
 from bench.report.render import MissingData
 
@@ -157,6 +158,32 @@ def render_summary(load) -> dict[str, str]:
     }
 
 
+def methods_values(data) -> dict[str, str]:
+    """The methods page's readings of the forward tables and of the QKV merge's two tables: per kernel and the run's
+    tie rule, the shapes where ours (the merged GEMM) is faster, level or slower (``<key>_<phase>_<group>``); for the
+    memory-bound kernels' forward, the fastest peer's time ÷ ours (``…_ratio``), its names (``…_peers``) and how much
+    slower ours is (``…_slower_by``); for the merge, its time ÷ the three GEMMs' (``…_ratio``) and torch.compile's
+    (``qkv_<phase>_compile_ratio``)."""
+    out = {}
+    for kernel, key in ((NAME_QK, "qk"), (NAME_SWIGLU, "swiglu")):
+        for group, rows_ in by_peer_tie(data, kernel, "fwd").items():
+            if rows_:
+                out[f"{key}_fwd_{group}"] = prose.join(r["label"] for r in rows_)
+                out[f"{key}_fwd_{group}_ratio"] = prose.times_span(r["ratio"] for r in rows_)
+                out[f"{key}_fwd_{group}_peers"] = " 或 ".join(dict.fromkeys(OP_LABELS[r["peer"]] for r in rows_))
+                if group == "slower":
+                    out[f"{key}_fwd_slower_by"] = prose.pct_span(1 / r["ratio"] - 1 for r in rows_)
+    if NAME_QKV in data["results"]["kernels"]:
+        for phase in ("fwd", "fwd_bwd"):
+            for group, rows_ in gemm_by_tie(data, NAME_QKV, phase).items():
+                if rows_:
+                    out[f"qkv_{phase}_{group}"] = prose.join(r["label"] for r in rows_)
+                    out[f"qkv_{phase}_{group}_ratio"] = prose.times_span(r["ratio"] for r in rows_)
+            out[f"qkv_{phase}_compile_ratio"] = prose.times_span(
+                r["others"]["compile_three"] for r in gemm_rows(data, NAME_QKV, phase) if "compile_three" in r["others"])
+    return out
+
+
 def summary_values(load) -> dict[str, dict[str, str]]:
     """{{ fusion.NAME }}: the op-level figures 番外二's hand-written 要点 and readings use, and the QKV merge's
     saving at the step's model (it reads step_fusion.json too)."""
@@ -198,6 +225,7 @@ def summary_values(load) -> dict[str, dict[str, str]]:
     out["swiglu_probe_width"] = f"I={probe['width']}"
     for name in ("fwd_gain", "bwd_gain", "behind"):
         out[f"swiglu_fast_{name}"] = prose.pct(abs(probe[name]))
+    out |= methods_values(data)
     within = tie(data["config"])
     fwd, both = gemm_rows(data, NAME_QKV, "fwd"), gemm_rows(data, NAME_QKV, "fwd_bwd")
     out["qkv_fwd_ratio"] = prose.times_span(r["ratio"] for r in fwd)

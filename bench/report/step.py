@@ -1,4 +1,8 @@
-"""step.json -> 篇2 §六's training-step tables and plot: step time per contender, the RMSNorm share, the fused add."""
+"""step.json -> 篇2 §六's training-step tables and plot: step time per contender, the RMSNorm share, the fused add.
+
+The step-time and RMSNorm-share tables carry no sentence: the methods page reads them in hand-written prose with
+``values`` ({{ step.NAME }}), and tests/test_readings_methods.py checks its words with :func:`level` and
+:func:`faster`."""
 from __future__ import annotations
 
 from bench.report import plots, prose, tables
@@ -134,11 +138,6 @@ def relation(a: dict, b: dict, cfg: dict, name_b: str) -> str:
     return prose.glue(f"比{lead}{name_b}", f"{'慢' if ratio > 1 else '快'} {prose.pct(abs(ratio - 1), 1)}")
 
 
-def fused_add_relation(fused: dict, ours: dict, cfg: dict) -> str:
-    """'比本站 RMSNorm 快 2.3%' or '与本站 RMSNorm 持平（…）': the fused-add contender's step against the plain Triton one's."""
-    return relation(fused, ours, cfg, "本站 RMSNorm")
-
-
 def fused_add_step(data: dict, rows: list[dict]) -> str:
     """The fused residual add at step level: a table of HF eager, Triton, Triton + fused add, with its caption (番外
     §六 writes the reading by hand from ``values``; tests/test_readings_fused_add.py checks its words)."""
@@ -155,62 +154,6 @@ def fused_add_step(data: dict, rows: list[dict]) -> str:
                          prose.times(ours["step"] / r["step"]) if ours else "—"])
     table = tables.md_table(["档位", "step（ms，中位数）", interval_head(data), "相对 HF eager", "相对本站 RMSNorm"], body, "lrrrr")
     return prose.page(table, "相对 = 对方的 step ÷ 该档的 step，大于 1 表示该档更快。" + caption(data))
-
-
-def _step_takeaway(data: dict, rows: list[dict]) -> str:
-    ok = _ok(rows)
-    cfg = config(data)
-    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
-    if not base or not ours:
-        return f"{geometry_zh(data)}的一步训练：HF eager 或本站 RMSNorm 这一档没有跑成，见表。"
-    f = tables.fmt
-    verb = "降到" if ours["step"] < base["step"] else "变成"
-    parts = [f"{geometry_zh(data)}的一步训练：本站 RMSNorm（forward + backward）把 step 从 HF eager 的 {f(base['step'], 4)} ms "
-             f"{verb} {f(ours['step'], 4)} ms（{prose.times(ours['speedup'])}）"]
-    if "torch_rmsnorm" in ok:
-        parts.append(f"换成 F.rms_norm 是 {prose.times(ok['torch_rmsnorm']['speedup'])}")
-    if "torch_rmsnorm" in ok and not level(ours, ok["torch_rmsnorm"], cfg):
-        parts[-1] += "，" + relation(ours, ok["torch_rmsnorm"], cfg, " F.rms_norm ").replace("比 ", "本站 RMSNorm 比 ", 1)
-    if "triton_fwd" in ok:
-        fwd = ok["triton_fwd"]
-        parts.append(f"只换 forward 是 {prose.times(fwd['speedup'])}，"
-                     + ("与 HF eager 持平" if level(fwd, base, cfg) else "收益小于两者都换"))
-    if FUSED_ADD in ok:
-        parts.append(f"再把残差加法融合进 RMSNorm 是 {prose.times(ok[FUSED_ADD]['speedup'])}，"
-                     + fused_add_relation(ok[FUSED_ADD], ours, cfg))
-    quicker = [t for t in ("compile", "triton_compile", "liger") if t in ok and faster(ok[t], ours, cfg)]
-    if quicker:
-        parts.append(prose.join(prose.glue(label(t), prose.times(ok[t]["speedup"])) for t in quicker)
-                     + " 都更快（95% 区间与本站 RMSNorm 不重叠）")
-    top = [t for t in quicker if not any(faster(ok[u], ok[t], cfg) for u in quicker)]
-    if len(top) > 1:
-        parts.append(prose.join(label(t) for t in top) + " 之间分不出快慢（区间重叠）")
-    return "；".join(parts) + "。"
-
-
-def _share_takeaway(data: dict, rows: list[dict]) -> str:
-    ok = _ok(rows)
-    cfg = config(data)
-    base, ours = ok.get(cfg["baseline"]), ok.get(cfg["ours"])
-    if not base or base["rms"] is None:
-        return "RMSNorm 在一步中的占比：HF eager 这一档没有测到，见表。"
-    f = tables.fmt
-    text = (f"HF eager 的一步里 RMSNorm 占 {prose.pct(base['share'], 1)}（{f(base['rms'])} ms），"
-            f"即使它不花时间，一步的加速上限也只有 {prose.times(base['bound'], 3)}（Amdahl）")
-    if ours and ours["rms"] is not None:
-        verb = "降到" if ours["share"] < base["share"] else "反而升到"
-        text += f"；换成本站 RMSNorm 后{verb} {prose.pct(ours['share'], 1)}（{f(ours['rms'])} ms）"
-    fwd = ok.get("triton_fwd")
-    if fwd and fwd["rms"] is not None and fwd["share"] > base["share"]:
-        text += f"；只换 forward 时反而升到 {prose.pct(fwd['share'], 1)}（{f(fwd['rms'])} ms）"
-    fused = ok.get(FUSED_ADD)
-    if fused and fused["rms"] is not None:
-        text += f"；融合残差加法后占 {prose.pct(fused['share'], 1)}（{f(fused['rms'])} ms，含被融合的加法）"
-    beyond = [t for t in ("compile", "liger") if t in ok and base["lo"] / ok[t]["hi"] > base["bound"]]
-    if beyond:
-        text += ("。" + prose.join(f"{label(t)}（{prose.times(ok[t]['speedup'])}）" for t in beyond)
-                 + "超过了这个上限（取 95% 区间的保守端也超过），多出的收益只能来自 RMSNorm 以外的算子")
-    return text + "。"
 
 
 def render(data: dict) -> dict[str, str]:
@@ -251,8 +194,7 @@ def render(data: dict) -> dict[str, str]:
     skipped = [f"{label(r['contender'])}：{r['status']}（{r['reason']}）" for r in rows if r["status"] != "ok"]
     not_run = ("未运行的档位：" + "；".join(skipped) + "。") if skipped else ""
     return {
-        "step_time.md": prose.page(step_table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run,
-                                   _step_takeaway(data, rows)),
+        "step_time.md": prose.page(step_table, caption(data) + "峰值显存为 torch.cuda.max_memory_allocated。" + not_run),
         "step_detail.md": prose.page(detail_table, f"tokens/s = B×T ÷ step 中位数（一步 {cfg['batch'] * cfg['seq_len']} 个 "
                                      "token）；第一步 loss：同一随机初始化、同一批数据上的交叉熵，各档位应几乎相同。"),
         "step_rmsnorm_share.md": prose.page(
@@ -260,7 +202,7 @@ def render(data: dict) -> dict[str, str]:
             "RMSNorm 时间取自一个 profiler 记录的 step：各 norm 模块 forward 范围内的 kernel，加上按 autograd 序号对应的 "
             "backward 节点的 kernel；编译的档位按 kernel 名统计。Amdahl 上限 = step ÷（step − RMSNorm）。"
             + (f"{label(FUSED_ADD)}的 RMSNorm 时间包含融合进去的残差加法。" if FUSED_ADD in _ok(rows) else "")
-            + caption(data), _share_takeaway(data, rows)),
+            + caption(data)),
         "step_fused_add.md": fused_add_step(data, rows),
         "step_time.svg": _plot(rows, data),
     }

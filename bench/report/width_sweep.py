@@ -1,11 +1,13 @@
-"""width_sweep.json -> 篇2 §七's RMSNorm at every hidden size: the bucket table, the plot, the numbers of the article's sentence."""
+"""width_sweep.json -> 篇2 §七's RMSNorm at every hidden size: the bucket table, the plots, and the numbers of the article's
+and the methods page's hand-written readings (``values``: {{ width_sweep.NAME }}; their words:
+tests/test_readings_p1p2.py, tests/test_readings_methods.py)."""
 from __future__ import annotations
 
 import math
 
 from bench.report import plots, prose, tables
 from bench.report.names import COLOURS, LIGER_NOT_IN_PLACE, OP_LABELS, PHASES, tie
-from bench.report.ops import copy_ceiling, fastest_peer
+from bench.report.ops import by_tie, copy_ceiling, fastest_peer
 
 NAME = "width_sweep"
 # What the runs before the experiment recorded these used (bench/exp_width_sweep.py then): ours and its
@@ -81,38 +83,6 @@ def sweep_facts(data) -> dict:
     return out
 
 
-def _widths(widths) -> str:
-    return prose.join(f"H={w}" for w in widths)
-
-
-def takeaway(data) -> str:
-    facts = sweep_facts(data)
-    sentences = []
-    cfg = config(data)
-    start = cfg["target_from_width"]
-    for phase in cfg["targets"]:
-        f = facts[phase]
-        if not f["compared"]:
-            sentences.append(f"{PHASES[phase]}：没有本站实现与对比方案都有结果的宽度。")
-            continue
-        worst = f["worst"]
-        ratio = prose.times(worst["ratio"])
-        gap = (f"最差在 H={worst['width']}，比 {OP_LABELS[worst['peer']]} 慢 {prose.pct(1 / worst['ratio'] - 1)}（{ratio}）"
-               if worst["ratio"] < 1 else f"领先最少在 H={worst['width']}（{OP_LABELS[worst['peer']]} ÷ 本站实现 {ratio}）")
-        target = f"拷贝上限的 {prose.pct(f['target'])}"
-        measured = [s["width"] for s in data["results"]["shapes"]
-                    if s["width"] >= start and s["width"] not in f["unsupported"]]
-        misses = (f"宽度 ≥ {start} 时低于{target}的有 {_widths(f['misses'])}" if f["misses"]
-                  else f"宽度 ≥ {start} 时都达到{target}" if measured else "")
-        sentences.append(f"{PHASES[phase]}：本站实现在 {f['compared']} 个宽度中的 {f['level_or_ahead']} 个上与最快的"
-                         f"对比方案持平或更快（相差 {prose.pct(tie(cfg))} 以内算持平），{gap}" + (f"；{misses}" if misses else "")
-                         + "。")
-    unsupported = facts["fwd"]["unsupported"]
-    if unsupported:
-        sentences.append(f"本站实现在 {_widths(unsupported)} 上没有结果。")
-    return "".join(sentences)
-
-
 def _share_span(values) -> str:
     values = [v for v in values if v is not None]
     return prose.pct_span(values) if values else "—"
@@ -136,7 +106,7 @@ def _bucket_table(data) -> str:
                      f"{low_one['label']}（{prose.times(low_one['ratio'])}）" if low_one else "—"])
     table = tables.md_table(["宽度区间", "宽度数", "forward 占拷贝上限：本站实现（最快的对比方案）",
                              "fwd+bwd 占拷贝上限：本站实现（最快的对比方案）", "最差宽度（对比方案 ÷ 本站实现）"], body, "lrrrl")
-    return prose.page(table, caption(data), takeaway(data))
+    return prose.page(table, caption(data))  # read by hand on the methods page (values())
 
 
 def caption(data) -> str:
@@ -254,35 +224,15 @@ def _all_plot(data) -> str:
     return plots.svg_of(fig)
 
 
-# Contenders whose kernels are Triton code too (Inductor generates Triton for its GPU kernels).
-TRITON_PEERS = {"compile_hf": "Inductor 生成的 Triton kernel"}
-
-
-def wide_forward_sentence(data) -> str:
-    """The methods page's line on the forward past the chunked bound: per width, the fastest contender and
-    ours' speed as a share of its speed, saying which of them is Triton code too."""
-    cfg = config(data)
-    bound = cfg["chunked_backward_above"]
-    rows = [r for r in per_width(data, "fwd") if r["width"] > bound and r["ratio"] is not None]
-    if not rows:
-        return f"宽于 {bound} 的行上 forward 没有可比的结果。\n"
-    parts = []
-    for r in rows:
-        kind = f"（{TRITON_PEERS[r['peer']]}）" if r["peer"] in TRITON_PEERS else ""
-        if r["ratio"] >= 1 + tie(cfg):
-            versus = f"本站实现比它快（{r['ratio']:.2f}×）"
-        elif r["ratio"] >= 1 - tie(cfg):
-            versus = f"本站实现与它持平（{r['ratio']:.2f}×）"
-        else:
-            versus = f"本站实现是它速度的 {r['ratio']:.2f}×"
-        parts.append(f"H={r['width']} 是 {OP_LABELS[r['peer']]}{kind}，{versus}")
-    return f"宽于 {bound} 的行，forward 最快的对比方案：" + "；".join(parts) + "。\n"
+def wide_forward(data) -> list[dict]:
+    """The forward past the chunked bound: per_width's rows wider than ``chunked_backward_above`` with a ratio."""
+    bound = config(data)["chunked_backward_above"]
+    return [r for r in per_width(data, "fwd") if r["width"] > bound and r["ratio"] is not None]
 
 
 def render(data: dict) -> dict[str, str]:
     return {"width_sweep.md": _bucket_table(data), "width_sweep.svg": _ratio_plot(data),
-            "width_sweep_all.svg": _all_plot(data), 
-            "width_sweep_wide_fwd.md": wide_forward_sentence(data)}
+            "width_sweep_all.svg": _all_plot(data)}
 
 
 def values(data: dict) -> dict[str, str]:
@@ -300,4 +250,27 @@ def values(data: dict) -> dict[str, str]:
             out[f"{phase}_worst_peer"] = OP_LABELS[f["worst"]["peer"]]
             out[f"{phase}_worst_ratio"] = f"{f['worst']['ratio']:.2f}×"
         out[f"{phase}_behind"] = prose.join(f"H={w}" for w in sorted(f["behind"]))
+    return out | reading_values(data)
+
+
+def reading_values(data: dict) -> dict[str, str]:
+    """The methods page's reading of the bucket table and of the wide forward: per direction how far behind its
+    worst width is (``<phase>_worst_slower``, when it is behind), the share of the copy ceiling it is held to from
+    ``target_from`` on and the widths below it (``<phase>_misses``); past the chunked bound (``wide_from``), the
+    widths where ours' forward is ahead of, level with or behind the fastest peer under the run's tie
+    (``wide_fwd_<ahead|level|behind>``), each group's peer time ÷ ours (``…_ratio``) and fastest peers (``…_peers``)."""
+    facts, cfg = sweep_facts(data), config(data)
+    out = {"target_from": str(cfg["target_from_width"]), "wide_from": str(cfg["chunked_backward_above"])}
+    for phase in cfg["targets"]:
+        f = facts[phase]
+        if f["worst"] and f["worst"]["ratio"] < 1:
+            out[f"{phase}_worst_slower"] = prose.pct(1 / f["worst"]["ratio"] - 1)
+        out[f"{phase}_target"] = prose.pct(f["target"])
+        out[f"{phase}_misses"] = prose.join(f"H={w}" for w in f["misses"])
+    ahead, level, behind = by_tie(wide_forward(data), tie(cfg))
+    for name, rows in (("ahead", ahead), ("level", level), ("behind", behind)):
+        if rows:
+            out[f"wide_fwd_{name}"] = prose.join(r["label"] for r in rows)
+            out[f"wide_fwd_{name}_ratio"] = prose.times_span(r["ratio"] for r in rows)
+            out[f"wide_fwd_{name}_peers"] = prose.join(dict.fromkeys(OP_LABELS[r["peer"]] for r in rows))
     return out

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from artifacts import takeaway
 from bench import store
 from bench.report import fused_add, prose
 from bench.report.names import tie
@@ -20,16 +19,16 @@ def test_renders_from_the_quick_run(quick_fused_add):
     assert set(rendered) == {"fused_add_fwd.md", "fused_add_fwdbwd.md", "fused_add_ratios.md",
                              "fused_add_bandwidth.svg"}
     check_artifacts(rendered)
-    takeaway(rendered["fused_add_fwd.md"])
-    assert rendered["fused_add_fwdbwd.md"].startswith("| 形状 |")  # the page writes its reading by hand
+    for name in ("fused_add_fwd.md", "fused_add_fwdbwd.md"):  # read by hand: the methods page and 番外 §六 (values)
+        assert rendered[name].startswith("| 形状 |"), name
     # without ours (the fused kernel not importable) the tables still render and say why
     data = copy.deepcopy(quick_fused_add)
     for s in data["results"]["shapes"]:
         for phase in ("fwd", "fwd_bwd"):
             s[phase].pop("triton_fused_add", None)
     data["results"]["skipped"]["triton_fused_add"] = "ModuleNotFoundError('rmsnorm_fused_add')"
-    text = fused_add.render(data)["fused_add_fwd.md"]
-    assert takeaway(text).startswith("forward：融合版未测（ModuleNotFoundError")
+    text = fused_add.render(data)["fused_add_fwdbwd.md"]
+    assert text.rstrip().splitlines()[-1].startswith("*融合版未测（ModuleNotFoundError")  # the caption says why
 
 
 @pytest.mark.parametrize("ratio, words", [
@@ -113,3 +112,22 @@ def test_the_values_name_the_shapes_ahead_of_and_level_with_the_fastest_peer():
     assert values["fwd_bwd_shapes"] == str(len(best))
     assert values["fwd_bwd_ahead"] == str(sum(r >= 1 + within for r in best.values()))
     assert values["fwd_bwd_level_at"] == "、".join(label for label, r in best.items() if 1 - within < r < 1 + within)
+
+
+def test_the_forward_values_split_the_shapes_by_the_tie():
+    """The methods page's forward reading: the shapes where the fused kernel is faster than, level with or slower than
+    the fastest peer under the run's tie rule, with the peer ÷ ours where faster and how much slower where slower."""
+    data = fused_add.current(store.load("fused_add"))
+    shapes = data["results"]["shapes"]
+    peer_over_ours = [1.005, 0.9] + [1.05] * (len(shapes) - 2)  # level within 1 %, 10 % ahead of ours, behind ours
+    for shape, ratio in zip(shapes, peer_over_ours):
+        times = shape["fwd"]
+        ours = times["triton_fused_add"]["median_us"]
+        for name in ("compile_hf", "liger", "quack"):
+            if name in times:
+                times[name]["median_us"] = ours * (ratio if name == "liger" else 2.0)
+    v = fused_add.forward_values(data)
+    labels = [s["label"] for s in shapes]
+    assert (v["tie"], v["fwd_shapes"], v["fwd_level"], v["fwd_slower"], v["fwd_slower_by"]) == (
+        "1%", str(len(shapes)), labels[0], labels[1], "11%")
+    assert v["fwd_faster"] == "、".join(labels[2:]) and v["fwd_faster_ratio"] == "1.05"

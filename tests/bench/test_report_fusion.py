@@ -1,4 +1,5 @@
-"""bench/report/fusion.py: the op-level tables of the fusion set, from the quick run and from made-up times."""
+"""bench/report/fusion.py: the op-level tables of the fusion set and the tie rule's split of their shapes, from the
+quick run and from made-up times."""
 import copy
 
 from bench.report import fusion
@@ -6,13 +7,13 @@ from bench.report import fusion
 
 def test_tables_from_the_quick_run(quick_fusion):
     out = fusion.render(quick_fusion)
-    assert set(out) == {f"fusion_{k}_{p}.md" for k in ("qk_rope", "swiglu") for p in ("fwd", "fwd_bwd")} | {
-        "fusion_qkv.md"}
+    assert set(out) == {f"fusion_{k}_{p}.md" for k in ("qk_rope", "swiglu", "qkv") for p in ("fwd", "fwd_bwd")}
     assert "本站 QK-norm + RoPE µs" in out["fusion_qk_rope_fwd.md"]
     assert "HF eager ÷ 本站" in out["fusion_swiglu_fwd_bwd.md"]
-    qkv = out["fusion_qkv.md"]
-    assert qkv.count("| 权重 N×K（Qwen3） | 三个 GEMM µs（TFLOP/s） | 合并 GEMM µs（TFLOP/s） | 合并 ÷ 三个 |") == 2
-    assert "QKV 投影 forward：" in qkv and "QKV 投影 forward + backward：" in qkv
+    for phase in ("fwd", "fwd_bwd"):
+        qkv = out[f"fusion_qkv_{phase}.md"]
+        assert qkv.startswith("| 权重 N×K（Qwen3） | 三个 GEMM µs（TFLOP/s） | 合并 GEMM µs（TFLOP/s） | 合并 ÷ 三个 |")
+    assert all(text.startswith("| ") for text in out.values())  # the pages read every table by hand
 
 
 def without_qkv(data):
@@ -22,10 +23,10 @@ def without_qkv(data):
 
 
 def test_no_qkv_file_without_qkv_data_and_the_other_tables_unchanged(quick_fusion):
-    """A record from before the qkv kernel (the committed fusion.json) renders no fusion_qkv.md, and the GEMM
+    """A record from before the qkv kernel renders no fusion_qkv_<phase>.md, and the GEMM
     entries (they time no copy) change nothing in the other kernels' tables."""
     with_qkv, before = fusion.render(quick_fusion), fusion.render(without_qkv(quick_fusion))
-    assert set(with_qkv) - set(before) == {"fusion_qkv.md"}
+    assert set(with_qkv) - set(before) == {"fusion_qkv_fwd.md", "fusion_qkv_fwd_bwd.md"}
     assert all(before[name] == with_qkv[name] for name in before)
 
 
@@ -53,7 +54,7 @@ def test_qkv_ratio_is_merged_over_three(quick_fusion):
     assert row["kernels"] == {"three_gemms": 3, "merged_gemm": 1} and not row["measured"]
     text = fusion.gemm_table(data, "qkv", "fwd")
     assert "| 100（10.0） | 90.0（11.1） | 0.90× | 1.01× | 3 / 1 |" in text
-    assert "合并成一个 GEMM 在全部 1 个形状上更快，用时是三个 GEMM 的 0.90 倍" in text
+    assert [r["ratio"] for r in fusion.gemm_by_tie(data, "qkv", "fwd")["faster"]] == [0.9]
     assert "按做法数出" in text
     (row,) = fusion.gemm_rows(data, "qkv", "fwd_bwd")
     assert row["base_tflops"] == 30.0 and row["kernels"] == {"three_gemms": 11, "merged_gemm": 4}
@@ -62,9 +63,10 @@ def test_qkv_ratio_is_merged_over_three(quick_fusion):
 def test_qkv_tie_and_slower(quick_fusion):
     data, _ = qkv_payload(quick_fusion, 100.0, 101.5)  # within 2 %: level
     text = fusion.gemm_table(data, "qkv", "fwd")
-    assert "两者持平（相差不到 2%）" in text and "1.01×" in text and "torch.compile" not in text
+    assert len(fusion.gemm_by_tie(data, "qkv", "fwd")["level"]) == 1 and "1.01×" in text and "torch.compile" not in text
     data, _ = qkv_payload(quick_fusion, 100.0, 110.0)
-    assert "合并后更慢（用时是三个 GEMM 的 1.10 倍）" in fusion.gemm_table(data, "qkv", "fwd")
+    (row,) = fusion.gemm_by_tie(data, "qkv", "fwd")["slower"]
+    assert row["ratio"] == 1.1
 
 
 def test_qkv_kernels_as_the_profiler_counted_them(quick_fusion):
@@ -90,6 +92,6 @@ def test_ratios_and_the_two_percent_tie(quick_fusion):
     (row,) = fusion.rows(data, "swiglu", "fwd")
     assert row["ratios"] == {"hf": 1.5, "compile_hf": 1.015} and row["peer"] == "compile_hf"
     text = fusion.table(data, "swiglu", "fwd")
-    assert "1.50×" in text and "持平" in text
-    entry["fwd"]["compile_hf"]["median_us"] = 90.0  # 10 % faster than ours: slower, and said so
-    assert "慢 11%" in fusion.table(data, "swiglu", "fwd")
+    assert "1.50×" in text and [r["label"] for r in fusion.by_peer_tie(data, "swiglu", "fwd")["level"]] == [row["label"]]
+    entry["fwd"]["compile_hf"]["median_us"] = 90.0  # 10 % faster than ours: slower
+    assert [r["ratio"] for r in fusion.by_peer_tie(data, "swiglu", "fwd")["slower"]] == [0.9]

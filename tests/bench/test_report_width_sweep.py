@@ -1,5 +1,5 @@
-"""bench/report/width_sweep.py: the bucket table, the plot and the article's sentence say what the data says,
-a width where ours raised is named, and the facts follow the numbers and the run's tie rule and targets."""
+"""bench/report/width_sweep.py: the bucket table, the plots and the values of the pages' readings say what the data
+says, a width where ours raised is told apart, and the facts follow the numbers and the run's tie rule and targets."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from artifacts import takeaway
 from bench.harness.op_timing import min_bytes
 from bench.report import width_sweep
 from bench_fixtures import check_artifacts
@@ -17,20 +16,22 @@ def test_renders_and_states_the_facts(quick_width_sweep):
     sweep = quick_width_sweep
     widths = len(sweep["results"]["shapes"])
     rendered = width_sweep.render(sweep)
-    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_all.svg", "width_sweep_wide_fwd.md"}
+    assert set(rendered) == {"width_sweep.md", "width_sweep.svg", "width_sweep_all.svg"}
+    assert rendered["width_sweep.md"].startswith("| ")  # the methods page reads the table by hand
     assert width_sweep.values(sweep)["widths"] == str(widths)
     assert rendered == width_sweep.render(json.loads(json.dumps(sweep)))  # deterministic
     check_artifacts(rendered)
     facts = width_sweep.sweep_facts(sweep)
     assert facts["fwd"]["unsupported"] == [] and facts["fwd"]["compared"] == widths
-    # a width where ours raised is named, not dropped silently
+    # a width where ours raised is counted, not dropped silently
     broken = copy.deepcopy(sweep)
     wide = broken["results"]["shapes"][-1]
     for phase in ("fwd", "fwd_bwd"):
         wide[phase].pop("triton")
     wide["errors"]["triton"] = "ValueError: rows too wide"
     assert width_sweep.sweep_facts(broken)["fwd"]["unsupported"] == [wide["width"]]
-    assert f"H={wide['width']} 上没有结果" in takeaway(width_sweep.render(broken)["width_sweep.md"])
+    assert width_sweep.render(broken)["width_sweep.md"].startswith("| ")  # the table still renders
+    assert f"H={wide['width']}" not in width_sweep.values(broken)["fwd_behind"]  # and it is not counted as behind
 
 
 def _with_times(sweep, ours, peer, phase="fwd"):
@@ -70,9 +71,10 @@ def test_sweep_facts_follow_the_data(four_widths):
     assert facts["behind"] == [2048] and facts["worst"]["width"] == 2048
     assert facts["worst"]["ratio"] == pytest.approx(0.8)
     assert facts["misses"] == [2048]  # 80 % < 85 % at a width >= 1024; 256 is below the targets' first width
-    text = width_sweep.takeaway(four_widths)
-    assert "4 个宽度中的 3 个" in text and "最差在 H=2048，比 F.rms_norm 慢 25%" in text
-    assert "低于拷贝上限的 85%的有 H=2048" in text and "（相差 2% 以内算持平）" in text
+    v = width_sweep.values(four_widths)
+    assert (v["widths"], v["fwd_level_or_ahead"], v["fwd_worst_width"], v["fwd_worst_peer"]) == ("4", "3", "H=2048",
+                                                                                                  "F.rms_norm")
+    assert (v["fwd_worst_slower"], v["fwd_target"], v["fwd_misses"], v["tie"]) == ("25%", "85%", "H=2048", "2%")
 
 
 def test_the_tie_rule_and_the_targets_come_from_the_run(four_widths):
@@ -82,8 +84,8 @@ def test_the_tie_rule_and_the_targets_come_from_the_run(four_widths):
     facts = width_sweep.sweep_facts(data)["fwd"]
     assert facts["level_or_ahead"] == 2 and facts["behind"] == [2048, 256]  # 256's peer is 1 % ahead
     assert facts["misses"] == [2048]
-    text = width_sweep.takeaway(data)
-    assert "（相差 1% 以内算持平）" in text and "宽度 ≥ 2048 时低于拷贝上限的 95%的有 H=2048" in text
+    v = width_sweep.values(data)
+    assert (v["tie"], v["target_from"], v["fwd_target"], v["fwd_misses"]) == ("1%", "2048", "95%", "H=2048")
 
 
 def test_the_values_name_the_worst_width_of_each_direction(four_widths):
@@ -126,18 +128,19 @@ def test_the_committed_sentence_and_plot_name_the_true_worst():
     assert {"本站实现", "F.rms_norm", "torch.compile(HF)", "Liger", "quack"} <= set(every)
 
 
-def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(four_widths):
-    """Past the chunked bound (here 1000 lanes), each width's fastest peer and ours' speed as a share of its;
-    a torch.compile peer is said to be Triton code too, another peer is not."""
+def test_the_wide_forward_values_group_the_widths_by_the_tie(four_widths):
+    """Past the chunked bound (here 1000 lanes), the widths where ours' forward is ahead of, level with or behind the
+    fastest peer (the run's tie), each group's peer ÷ ours and its fastest peers."""
     data = copy.deepcopy(four_widths)
     data["config"]["chunked_backward_above"] = 1000
     for s in data["results"]["shapes"]:
         if s["width"] == 3000:  # torch.compile 10 % faster than ours there, F.rms_norm slower
             ours = s["fwd"]["triton"]
             s["fwd"]["compile_hf"] = dict(ours, median_us=ours["median_us"] / 1.1)
-    line = width_sweep.wide_forward_sentence(data)
-    assert line == ("宽于 1000 的行，forward 最快的对比方案：H=2048 是 F.rms_norm，本站实现是它速度的 0.80×；"
-                    "H=3000 是 torch.compile(HF)（Inductor 生成的 Triton kernel），本站实现是它速度的 0.91×。\n")
+    v = width_sweep.values(data)
+    assert v["wide_from"] == "1000" and "wide_fwd_level" not in v and "wide_fwd_ahead" not in v
+    assert (v["wide_fwd_behind"], v["wide_fwd_behind_ratio"]) == ("H=2048、H=3000", "0.80–0.91")
+    assert v["wide_fwd_behind_peers"] == "F.rms_norm、torch.compile(HF)"
     for s in data["results"]["shapes"]:  # now level at 2048 (within 2 %) and ahead at 3000
         ours = s["fwd"]["triton"]
         if s["width"] == 2048:
@@ -146,11 +149,11 @@ def test_the_wide_forward_line_names_each_widths_fastest_and_which_is_triton(fou
             for peer in data["config"]["peers"]:
                 if peer in s["fwd"]:
                     s["fwd"][peer] = dict(ours, median_us=ours["median_us"] * 1.05)
-    line = width_sweep.wide_forward_sentence(data)
-    assert "H=2048 是 F.rms_norm，本站实现与它持平（0.99×）" in line, line
-    assert "本站实现比它快（1.05×）" in line, line
+    v = width_sweep.values(data)
+    assert (v["wide_fwd_level"], v["wide_fwd_level_ratio"], v["wide_fwd_level_peers"]) == ("H=2048", "0.99", "F.rms_norm")
+    assert (v["wide_fwd_ahead"], v["wide_fwd_ahead_ratio"]) == ("H=3000", "1.05") and "wide_fwd_behind" not in v
     data["config"]["chunked_backward_above"] = 4096
-    assert width_sweep.wide_forward_sentence(data) == "宽于 4096 的行上 forward 没有可比的结果。\n"
+    assert not any(name.startswith("wide_fwd_") for name in width_sweep.values(data))
 
 
 def test_the_worst_points_label_sits_inside_the_plot(monkeypatch):
