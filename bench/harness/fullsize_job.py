@@ -33,6 +33,11 @@ the same run (an 8192^3 bf16 matmul). Model FLOPs per token = 6 x (parameters of
 layers' projections and lm_head) + 6 x layers x T x (heads x head_dim) (causal attention: half of the
 full score and value products); checkpointing's recomputed forward is not counted (it is overhead, not
 model work). Peak memory: ``torch.cuda.max_memory_allocated`` over the timed steps.
+
+Where the time goes (experiments in ``PROFILED``): after the timed steps, each contender profiles one more
+step, and its record's ``profile`` holds the GPU time by bucket (GEMM, attention, this site's and Liger's
+Triton kernels, Inductor's, the optimizer, copies, PyTorch's elementwise work, ...), the launches and the
+GPU's idle time (``bench/harness/step_profile.py``).
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ import time
 import torch
 from transformers import Qwen3ForCausalLM
 
-from bench.harness import mode, stats
+from bench.harness import mode, stats, step_profile
 from bench.harness.training import (ContenderSkipped, build_config, fusion_parts, model_flops_per_token,
                                     norm_class, run_contender_process, write_child_record)
 from qwen3_fused_add_patch import patch_qwen3_fused_add_rmsnorm
@@ -200,6 +205,10 @@ def measure_contender(contender: str, cfg: dict, device: str, log=print) -> dict
     log(f"{len(step_ms)} steps: median {sorted(step_ms)[len(step_ms) // 2]:.0f} ms, peak {peak} GiB")
     result = dict(info, step_ms=step_ms, losses=losses, first_loss=first_loss, first_step_s=first_step_s,
                   peak_gib=peak, flops_per_token=model_flops_per_token(config, cfg["seq_len"]))
+    if cfg.get("profile_step"):  # after the timed steps and the peak: one more step, profiled
+        result["profile"] = step_profile.profile(lambda: step(batches[0]), sync)
+        log(f"profiled step: {result['profile']['launches']} launches, GPU idle "
+            f"{result['profile']['gpu_idle_us'] / 1e3:.1f} ms")
     if contender in COMPILED:
         from torch._dynamo.utils import counters
 
@@ -214,8 +223,13 @@ def run_child(contender: str, args, out: pathlib.Path, name: str) -> None:
     def log(message):
         print(f"  [{name}:{contender}] {message}", flush=True)
 
+    cfg = dict(cfg, profile_step=name in PROFILED)
     write_child_record(contender, CONTENDERS[contender], lambda: measure_contender(contender, cfg, device, log=log), out, log)
 
+
+# Experiments whose contenders each profile one more step after the timed ones (bench/harness/step_profile.py):
+# where the step's GPU time goes, by bucket, and how long the GPU waits.
+PROFILED = ("fullsize_loss",)
 
 # What the fused add hands a checkpointed layer (snippets/qwen3_fused_add_patch.py); records without this key
 # measured the patch that handed every layer the un-added pair.
@@ -302,7 +316,7 @@ def run(args, name: str, default_contenders=None) -> dict:
                tie_rule=TIE_RULE, budget_s=budget_s, gemm_ceiling_tflops=ceiling,
                optimizer="torch.optim.AdamW(fused=True), bf16 parameters, gradients and states",
                checkpointing="gradient_checkpointing_enable(use_reentrant=False), every decoder layer",
-               fused_add_boundary=FUSED_ADD_BOUNDARY,
+               fused_add_boundary=FUSED_ADD_BOUNDARY, profile_step=name in PROFILED,
                compile_scope="regional: torch.compile on each decoder layer and on the final norm",
                interval=f"{stats.CONFIDENCE:.0%} bootstrap of the median over the timed steps (one process)",
                flops=("per token: 6 x matmul parameters (decoder projections + lm_head) + 6 x layers x T x "
