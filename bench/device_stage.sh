@@ -10,8 +10,9 @@
 #   step_loss    python -m bench.run_all step_loss (three rounds of every contender)
 #   fullsize     python -m bench.run_all fullsize_loss
 #
-# Wheels the machine lacks (liger-kernel, cut-cross-entropy, the docs stack, pytest plugins) travel in
-# .whl/suite and .whl/plot and are unpacked into /tmp/site, which stays between warm calls. Every stage
+# Wheels the machine lacks (liger-kernel, cut-cross-entropy, the docs stack, pytest plugins, and numpy 2.3.5:
+# Triton 3.6's interpreter, which the one-GPU FSDP2 quick run uses on the CPU, needs numpy < 2.4) travel in
+# .whl/suite and .whl/plot and are unpacked into /tmp/site, first on PYTHONPATH, which stays between warm calls. Every stage
 # writes its log to $OUT; a test failure's traceback goes to $OUT/failures.log as it happens.
 set -uo pipefail
 

@@ -13,6 +13,9 @@ from qwen3_configs import QWEN3_SIZES
 
 # bf16 against the fp32 reference: a loss returned in bf16 (torch_chunked) is rounded to 2^-9 relative.
 LOSS_RTOL, GRAD_NORM_RTOL, GRAD_MAX_RTOL = 4e-3, 2e-2, 3e-2
+# Other libraries' contenders: at the quick shape (H = 16, V = 100) Liger + torch.compile's forward loss was 6.3 %
+# off on an H100 (docs/data/h100-80gb-hbm3/gpu-test-failures-3c094b2.log); their accuracy is data, not this test's.
+THIRD_PARTY = {"liger", "liger_compile", "cce"}
 
 
 def torch_has_chunked() -> bool:
@@ -102,6 +105,9 @@ def test_quick_run(quick_loss, on_gpu):
             assert _finite(stats["median_us"]) and stats["median_us"] > 0, (phase, name)
             assert stats["tflops"] == entry[f"flops_{phase}"] / (stats["median_us"] * 1e6)
             assert (stats["peak_bytes"] is None) is not on_gpu
+            if name in THIRD_PARTY:  # their own accuracy: recorded, and the report names a wrong loss
+                assert _finite(stats["loss"]) and stats["loss_rel_err"] >= 0, (phase, name, stats)
+                continue
             assert _finite(stats["loss"]) and stats["loss_rel_err"] < LOSS_RTOL, (phase, name, stats)
             reference = entry["reference"]["loss"]
             assert abs(stats["loss"] - reference) <= stats["loss_rel_err"] * reference * 1.01

@@ -2,6 +2,8 @@
 run under the interpreter) and on records edited to hold what a GPU run would (every contender, memory)."""
 import copy
 
+import torch
+
 from bench.report import loss as report
 
 
@@ -26,7 +28,8 @@ def test_renders_every_table_from_the_quick_record(quick_loss):
     assert all(f"| {report.label(name)} |" in table for name in ran if report.sweep_chunk(name) is None)
     for name in quick_loss["results"]["skipped"]:  # the caption says why each one did not run
         assert f"{report.label(name)}（" in table
-    assert "只在 GPU 上运行" in table or not quick_loss["results"]["skipped"]
+    if not torch.cuda.is_available():  # on a GPU the skips are other reasons (a torch without F.linear_cross_entropy)
+        assert "只在 GPU 上运行" in table
     chunks = rendered["loss_chunks.md"]
     assert all(f"| {chunk:,} |" in chunks for chunk in quick_loss["config"]["chunk_sweep"])
 
@@ -49,6 +52,10 @@ def test_targets_met_and_missed(quick_loss):
 
 def test_a_wrong_loss_is_named(quick_loss):
     data = gpu_like(quick_loss)
+    entry = data["results"]["shapes"][0]
+    for phase in ("fwd", "fwd_bwd"):  # every loss on the reference first (on a GPU a peer may be off at this shape)
+        for stats in entry[phase].values():
+            stats.update(loss=entry["reference"]["loss"], loss_rel_err=0.0)
     assert "超过 1% 的：没有" in report.targets_text(data)
     wrong = data["results"]["shapes"][0]["fwd_bwd"]["liger_compile"]
     wrong.update(loss=5728.5, loss_rel_err=448.0)
