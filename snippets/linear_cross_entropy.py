@@ -276,18 +276,20 @@ def _setup_context(ctx, inputs, output):
     ctx.settings = settings[:4]  # ignore_index, chunk_tokens, block, num_warps
     _, ctx.grad_hidden, ctx.grad_weight = output
     ctx.mark_non_differentiable(ctx.grad_hidden, ctx.grad_weight)
+    ctx.set_materialize_grads(False)  # no zero V x H, N x H grads for those two
 
 
 def _backward(ctx, grad_loss, _grad_hidden, _grad_weight):
     # The gradients were computed in the forward with d_loss = 1: scale them in place
-    # (by 1 in loss.backward()) and let go of them. They go back as fresh aliases
-    # (detach: the same memory, a new tensor), which autograd moves into .grad; the
-    # forward's output tensors can still be referenced elsewhere (with CUDA tensors on
-    # torch 2.11 they were), and then autograd would copy them: one more V x H buffer.
+    # and let go of them. They go back as fresh aliases (detach: same memory, new
+    # tensor) that autograd moves into .grad; the forward's outputs may still be
+    # referenced (on CUDA, torch 2.11, they were) and would be copied: one more V x H.
     # A further backward through a retained graph recomputes from the saved inputs.
     needed = ctx.needs_input_grad
     grad_hidden, grad_weight = ctx.grad_hidden, ctx.grad_weight
     ctx.grad_hidden = ctx.grad_weight = None
+    if grad_loss is None:  # the loss got no gradient: nor do the inputs
+        return (None,) * 11
     if grad_hidden is None:
         hidden, weight, targets, divisor = ctx.saved_tensors
         _, grad_hidden, grad_weight = _linear_cross_entropy_op(

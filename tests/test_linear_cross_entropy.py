@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 import linear_cross_entropy as lce
@@ -292,6 +294,37 @@ def test_backward_hands_its_gradient_buffers_on(device, monkeypatch):
     (_, grad_hidden, grad_weight), = made
     assert w.grad.data_ptr() == grad_weight
     assert seen == [grad_hidden]
+
+
+
+class _NewTensors(TorchDispatchMode):
+    """Records the bytes of every tensor an op makes (not a view of its inputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)}
+        self.made += [(str(func), t.untyped_storage().nbytes()) for t in tree_leaves(out)
+                      if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in given]
+        return out
+
+
+def test_backward_allocates_no_buffer(device):
+    """The backward only scales the gradients the forward computed: it makes no
+    tensor larger than the loss's. Autograd's default hands a custom function a zero
+    tensor for each output that got no gradient (here d_hidden and d_W, V x H and
+    N x H), which was the eager op's extra memory at the peak on the H100."""
+    hidden, weight, labels = random_case(device, torch.bfloat16, seq=16)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = causal_lm_loss(h, w, labels, config=SMALL)
+    recorder = _NewTensors()
+    with recorder:
+        loss.backward()
+    assert max(size for _, size in recorder.made) <= loss.nbytes, recorder.made
 
 
 def test_only_the_gradients_asked_for(device):
