@@ -272,3 +272,34 @@ def test_qkv_readings():
             assert v.get(f"qkv_{phase}_{group}") == ("、".join(r["label"] for r in groups[group]) or None)
             assert (f"在 {v.get(f'qkv_{phase}_{group}')} 上{word}" in sentence) == bool(groups[group]), (phase, sentence)
             assert (word in sentence) == bool(groups[group]), (phase, word, sentence)
+
+
+# ---------------------------------------------------------------- 番外三 methods: the full-size step's profile
+
+def test_fullsize_profile_reading():
+    """The set + loss's two largest buckets outside GEMM and attention are AdamW and this site's kernels;
+    PyTorch's elementwise time and the launches drop from HF eager's ("从 … 降到"); the RMSNorm-only contender
+    runs as many GEMM kernels as HF eager, and as many attention and AdamW kernels, yet each of those three
+    buckets takes longer ("却要", "同样变长")."""
+    from bench.harness import step_profile
+
+    data = store.load("fullsize_loss", "h100-80gb-hbm3")
+    profile = {name: record["profile"] for name, record in data["results"].items() if record.get("profile")}
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    v = docs_tools.values("fullsize_loss")
+    ours = profile["fusion_set_loss"]["buckets"]
+    outside = sorted((b for b in ours if b not in ("GEMM", "attention")), key=lambda b: -ours[b]["total_us"])
+    assert set(outside[:2]) == {"optimizer", step_profile.OURS}
+    sentence = docs_tools.sentence(page, "本站整套 + 融合 loss 这一步里")
+    assert f"AdamW（{v['fusion_set_loss_adamw']}）和本站的 kernel（{v['fusion_set_loss_our_kernels']}）" in sentence
+    sentence = docs_tools.sentence(page, "和 HF eager 比，PyTorch 的逐元素 kernel")
+    eager, fused = profile["eager"], profile["fusion_set_loss"]
+    assert "降到" in sentence and "启动次数从" in sentence
+    assert fused["buckets"]["elementwise"]["total_us"] < eager["buckets"]["elementwise"]["total_us"]
+    assert fused["launches"] < eager["launches"]
+    sentence = docs_tools.sentence(page, "只换 RMSNorm 的一档与 HF eager")
+    assert "却要" in sentence and "同样变长" in sentence, sentence
+    for bucket in ("GEMM", "attention", "optimizer"):
+        plain, norm_only = eager["buckets"][bucket], profile["triton"]["buckets"][bucket]
+        assert plain["kernels"] == norm_only["kernels"], bucket
+        assert norm_only["total_us"] > plain["total_us"], bucket
