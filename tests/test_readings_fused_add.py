@@ -19,10 +19,6 @@ from bench.report.ops import by_tie
 PAGE = "triton-rmsnorm-fused-add.md"
 
 
-def _page() -> str:
-    return docs_tools.reader_text(PAGE)
-
-
 # ---------------------------------------------------------------- §二: where the chunked path starts
 
 def test_chunked_path_reading():
@@ -32,7 +28,7 @@ def test_chunked_path_reading():
     path = fused_add_sweep.chunked(store.load("fused_add_sweep"))
     assert path is not None
     v = docs_tools.values("fused_add_sweep")
-    sentence = docs_tools.sentence(_page(), "融合版的查表从")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "融合版的查表从")
     wide = len(path["wide"])
     assert f"从 {v['chunked_from']} 起才选分块路径" in sentence and v["chunked_from"] == f"H={path['first']}"
     assert f"此后测过的 {v['chunked_widths']} 个行宽中" in sentence and v["chunked_widths"] == str(wide)
@@ -57,7 +53,7 @@ def test_fwd_bwd_reading_follows_the_tie_rule():
     rows = [r for r in fused_add.vs_peers(data, "fwd_bwd") if r["ratio"] is not None]
     ahead, level, behind = by_tie(rows, within)
     v = docs_tools.values("fused_add")
-    sentence = docs_tools.sentence(_page(), f"Qwen3 的 {v['fwd_bwd_shapes']} 个 hidden 宽度上")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), f"Qwen3 的 {v['fwd_bwd_shapes']} 个 hidden 宽度上")
     assert not behind and ahead and level
     assert v["fwd_bwd_shapes"] == str(len(rows)) and v["tie"] == f"{100 * within:.0f}%"
     said = (f"与最快的对比方案比，{len(ahead)} 个宽度更快，{'、'.join(r['label'] for r in level)} 持平"
@@ -76,7 +72,7 @@ def test_step_reading_follows_the_intervals():
     ok = {r["contender"]: r for r in step.contender_rows(record) if r["status"] == "ok"}
     fused, ours = ok[step.FUSED_ADD], ok[cfg["ours"]]
     v = docs_tools.values("step")
-    page = _page()
+    page = docs_tools.reader_text(PAGE)
     sentence = docs_tools.sentence(page, "换进篇 2 §六 的 8 层训练 step")
     word = ("持平" if step.level(fused, ours, cfg) else "快于" if step.faster(fused, ours, cfg) else "慢于")
     assert cfg["tie_rule"] == "ci95_disjoint"
@@ -97,7 +93,7 @@ def test_fullsize_reading_follows_the_resolution():
     ok = {r["contender"]: r for r in fullsize.rows(full) if r["status"] == "ok"}
     fused, ours = ok[fullsize.FUSED], ok[full["config"]["ours"]]
     v, s = docs_tools.values("fullsize"), docs_tools.values("step")
-    page = _page()
+    page = docs_tools.reader_text(PAGE)
     sentence = docs_tools.sentence(page, f"完整的 {v['layers']} 层模型")
     assert ("上也持平" in sentence) == fullsize.level(fused, ours, resolution), sentence
     close = abs(fused["step"] / ours["step"] - 1) < resolution
@@ -123,7 +119,7 @@ def test_fsdp2_reading():
     rate = fsdp2.fused_add_rate(data)
     peak = DENSE_BF16_PEAK_TFLOPS[data["environment"]["gpu"]]
     v = docs_tools.values("fsdp2")
-    sentence = docs_tools.sentence(_page(), "小模型上")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "小模型上")
     idle = rate < 0.05 * peak
     assert sentence.startswith("小模型上看不出 kernel 的快慢") == idle, sentence
     assert (f"摊到一步里不过 {v['fused_add_rate']}，填不满 GPU" in sentence) == idle, sentence
@@ -140,7 +136,7 @@ def test_liger_reading_follows_the_tie_rule():
     pairs = fused_add.liger_vs_unfused(data)
     slower, level, faster = by_tie(pairs, tie(fused_add.config(data)), ratio=lambda pair: pair[1])
     v = docs_tools.values("fused_add")
-    sentence = docs_tools.sentence(_page(), "而且它的 forward + backward")
+    sentence = docs_tools.sentence(docs_tools.reader_text(PAGE), "而且它的 forward + backward")
     assert not level and len(slower) > len(pairs) / 2  # the sentence names no level width, and most are slower
     said = (f"在 {len(pairs)} 个宽度中的 {len(slower)} 个上慢于不融合（用时为其 {v['liger_slower_ratio']} 倍），"
             f"只在 {'、'.join(label for label, _ in faster)} 上更快")

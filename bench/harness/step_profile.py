@@ -24,6 +24,7 @@ import re
 import tempfile
 import time
 
+import p1_profile_step
 import torch
 
 # Snippet modules with Triton kernels that the fusion patches launch.
@@ -102,14 +103,9 @@ def breakdown(events: list, wall_us: float, ours: set[str], liger: set[str]) -> 
         entry = per_bucket[bucket(k["name"], ours, liger)]
         entry["kernels"] += 1
         entry["total_us"] += k["dur"]
-    busy, end = 0.0, None
-    for k in kernels:
-        start, stop = k["ts"], k["ts"] + k["dur"]
-        if end is None or start > end:
-            busy, end = busy + k["dur"], stop
-        elif stop > end:
-            busy, end = busy + stop - end, stop
-    span = (max(k["ts"] + k["dur"] for k in kernels) - kernels[0]["ts"]) if kernels else 0.0
+    # Busy, span and idle as 篇 1's launch-overhead reading counts them (the same device events when there are any).
+    summary = p1_profile_step.launch_summary(events) if kernels else {"busy_us": 0.0, "span_us": 0.0}
+    busy, span = summary["busy_us"], summary["span_us"]
     return {"wall_us": wall_us, "launches": len(kernels), "kernel_time_us": sum(k["dur"] for k in kernels),
             "busy_us": busy, "span_us": span, "gpu_idle_us": span - busy, "outside_span_us": max(wall_us - span, 0.0),
             "buckets": {b: dict(per_bucket[b]) for b in BUCKETS if b in per_bucket}}
