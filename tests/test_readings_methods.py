@@ -303,3 +303,14 @@ def test_fullsize_profile_reading():
         plain, norm_only = eager["buckets"][bucket], profile["triton"]["buckets"][bucket]
         assert plain["kernels"] == norm_only["kernels"], bucket
         assert norm_only["total_us"] > plain["total_us"], bucket
+
+
+def test_step_loss_memory_reading():
+    """"本站整套 + 融合 loss 的峰值显存比 Liger 全套补丁多 …": the 8-layer step's peaks, as the record has them."""
+    from bench.report import step_loss
+
+    rows = step_loss.rows_by_contender(store.load("step_loss", "h100-80gb-hbm3"))
+    page = docs_tools.reader_text(EXTRAS_METHODS)
+    sentence = docs_tools.sentence(page, "这一步不开激活检查点")
+    assert f"多 {docs_tools.values('step_loss')['ours_extra_peak']}" in sentence
+    assert rows["fusion_set_loss"]["peak"] > rows["liger"]["peak"]
