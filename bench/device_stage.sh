@@ -21,9 +21,15 @@ OUT=${OUT:?set OUT to the folder for logs and records}
 mkdir -p "$OUT"
 commit=${GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 export GIT_COMMIT=$commit PYTHONUNBUFFERED=1
+# The wheels may travel in two calls (the tree and both folders exceed one carry): unpack the folders this call
+# carries, and use /tmp/site whenever an earlier warm call left it there.
 site=""
-if [[ -d .whl/suite ]]; then
-  python3 .ci/unpack-wheels.py /tmp/site .whl/suite .whl/plot >/dev/null
+carried=()
+for folder in .whl/suite .whl/plot; do [[ -d $folder ]] && carried+=("$folder"); done
+if (( ${#carried[@]} )); then
+  python3 .ci/unpack-wheels.py /tmp/site "${carried[@]}" >/dev/null
+fi
+if [[ -d /tmp/site ]]; then
   site="$(python3 .ci/unpack-wheels.py --path /tmp/site):"
 fi
 export PYTHONPATH="$site$PWD/snippets:$PWD:$PWD/tests/tools"
