@@ -63,6 +63,10 @@ holds it) and contender, ``entry[phase][id]`` holds:
   max |g_ref| and ``norm_err`` = ||g - g_ref|| / ||g_ref||. A wrong loss or gradient is recorded, not hidden;
   ``hf_eager``'s errors are bf16's own (its logits and gradients are rounded to bf16).
 
+``entry["gemm_floor"]`` (GPU only): the three full-size N x V x H GEMMs of the op (logits, d_hidden, d_weight)
+timed alone with the same timer, their medians in µs, ``total_us`` and the rate they reach (``tflops``): the floor
+that every contender's forward + backward sits above.
+
 The reference, once per shape: HF's arithmetic in fp32 from fp32 copies of hidden and weight (fp32 logits,
 ``F.cross_entropy``), float32 matmul precision "highest" (no TF32), gradients by autograd w.r.t. the fp32
 copies. FLOPs: ``flops_fwd`` = 2*N*H*V (every token's logits, ignored ones included: the GEMM computes them),
@@ -387,6 +391,21 @@ def versions() -> dict:
     return out
 
 
+def gemm_floor(inputs) -> dict:
+    """The three full-size GEMMs every contender must do (logits = hidden @ W^T, d_hidden = d_logits @ W,
+    d_W = d_logits^T @ hidden; N x V x H each), timed alone on this shape like the contenders (eager_time_us):
+    their summed medians are the op's GEMM floor, ``tflops`` the rate they reach."""
+    hidden, weight, _ = inputs
+    logits = hidden @ weight.t()
+    gemms = {"logits": lambda: hidden @ weight.t(), "d_hidden": lambda: logits @ weight,
+             "d_weight": lambda: logits.t() @ hidden}
+    out = {name: eager_time_us(fn, warmup_ms=WARMUP_MS, rep_ms=REP_MS)["median_us"] for name, fn in gemms.items()}
+    flops = 3 * 2 * hidden.shape[0] * hidden.shape[1] * weight.shape[0]
+    out["total_us"] = sum(out.values())
+    out["tflops"] = flops / (out["total_us"] * 1e6)
+    return out
+
+
 def measure_shape(shape: dict, names, device, on_gpu: bool, skipped: dict, seed: int) -> dict:
     """One shape's entry: its counts, configs, reference and every contender's phases."""
     start = time.perf_counter()
@@ -400,6 +419,8 @@ def measure_shape(shape: dict, names, device, on_gpu: bool, skipped: dict, seed:
     for name, fn in contenders(names, shape, device, skipped).items():
         measure(entry, name, fn, inputs, ref, on_gpu)
     entry["compiles"] = {"dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}
+    if on_gpu:
+        entry["gemm_floor"] = gemm_floor(inputs)
     entry["wall_s"] = round(time.perf_counter() - start, 2)
     return entry
 

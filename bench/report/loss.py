@@ -4,7 +4,8 @@
   backward in ms, its time ÷ ours (above 1: ours is faster), peak memory above the inputs, and how far its
   loss and its weight gradient are from the fp32 reference. The caption names the contenders that did not
   run, with why.
-* ``loss_sizes.md``: a row per Qwen3 hidden size: ours' forward + backward in ms, and each peer's time ÷ ours.
+* ``loss_sizes.md``: a row per Qwen3 hidden size: ours' forward + backward in ms, the GEMM floor where the run
+  measured it, and each peer's time ÷ ours.
 * ``loss_chunks.md``: ours at each chunk size of the sweep, at the step's shape: time, peak memory and the
   chunk's logits buffer.
 * ``loss_targets.md``: the targets of issue "the fusion set, part 2", each met or missed, from the step's
@@ -101,21 +102,28 @@ SIZE_PEERS = ("compile", "liger", "hf_eager")
 
 
 def sizes_table(data) -> str:
-    """A row per hidden size: the rule's chunk, ours at it, and each peer's time ÷ ours."""
+    """A row per hidden size: ours at the rule's chunk, the GEMM floor (the three full-size GEMMs timed alone,
+    where the run measured it) and each peer's time ÷ ours; the rule's chunks in the caption."""
     cfg = data["config"]
-    body = []
+    body, chunks = [], []
     for entry in data["results"]["shapes"]:
         chunk, times = default_chunk(entry, cfg), timed(entry)
         if chunk is None:
             continue
+        chunks.append(chunk)
         ours = times[f"ours_c{chunk}"]["median_us"]
         models = entry.get("models") or ""
-        body.append([f"{entry['label']}（{models}）" if models else entry["label"], f"{chunk:,}",
-                     tables.fmt(ours / 1e3),
+        floor = entry.get("gemm_floor", {}).get("total_us")
+        body.append([f"{entry['label']}（{models}）" if models else entry["label"], tables.fmt(ours / 1e3),
+                     tables.fmt(floor / 1e3) if floor else "—",
                      *(prose.times(times[n]["median_us"] / ours) if n in times else "—" for n in SIZE_PEERS)])
-    headers = ["形状（Qwen3）", "chunk（token）", "本站 ms", *(f"{label(n)} ÷ 本站" for n in SIZE_PEERS)]
+    headers = ["形状（Qwen3）", "本站 ms", "GEMM 下限 ms", *(f"{label(n)} ÷ 本站" for n in SIZE_PEERS)]
+    rule = "、".join(f"{c:,}" for c in sorted(set(chunks)))
+    floor_words = ("GEMM 下限是三个完整的 N × V × H GEMM（logits、d_hidden、d_W）单独计时之和，"
+                   if any(e.get("gemm_floor") for e in data["results"]["shapes"]) else "这次运行没有单独测 GEMM 下限；")
     return prose.page(tables.md_table(headers, body),
-                      "forward + backward；本站取该形状下比最快的 chunk 慢不到 3% 的最小 chunk；比值大于 1 表示本站更快。")
+                      f"forward + backward；本站取该形状下比最快的 chunk 慢不到 3% 的最小 chunk（{rule} 个 token）；"
+                      f"{floor_words}比值大于 1 表示本站更快。")
 
 
 def chunks_table(data) -> str:

@@ -121,3 +121,16 @@ def test_quick_run(quick_loss, on_gpu):
     # ours with its default config (one chunk here) and at the sweep's chunks: the same loss
     for name in ("ours_c8", "ours_c16", "ours_unchecked"):
         assert math.isclose(entry["fwd_bwd"][name]["loss"], entry["fwd_bwd"]["ours"]["loss"], rel_tol=1e-4)
+
+
+def test_gemm_floor_times_the_three_full_gemms():
+    """gemm_floor: one median per GEMM, their sum, and the rate 3 x 2 N H V FLOPs / total reaches."""
+    import torch
+
+    from bench import exp_loss
+
+    hidden, weight = torch.randn(64, 16), torch.randn(100, 16)
+    floor = exp_loss.gemm_floor((hidden, weight, None))
+    assert set(floor) == {"logits", "d_hidden", "d_weight", "total_us", "tflops"}
+    assert floor["total_us"] == floor["logits"] + floor["d_hidden"] + floor["d_weight"] > 0
+    assert floor["tflops"] == 3 * 2 * 64 * 16 * 100 / (floor["total_us"] * 1e6)

@@ -61,3 +61,20 @@ def test_a_wrong_loss_is_named(quick_loss):
     wrong.update(loss=5728.5, loss_rel_err=448.0)
     text = report.targets_text(data)
     assert "Liger + compile 在" in text and "5728.5" in text
+
+
+def test_sizes_table_gives_the_gemm_floor_where_measured():
+    """A shape with ``gemm_floor`` shows its total in ms; one without shows "—", and the caption says which."""
+    import copy
+
+    from bench import store
+    from bench.report import loss as report
+    from bench.report import render
+
+    data = copy.deepcopy(store.load("loss", render.data_gpu("loss")))
+    without = report.sizes_table(data)
+    assert "没有单独测 GEMM 下限" in without
+    data["results"]["shapes"][0]["gemm_floor"] = {"total_us": 81234.0}
+    text = report.sizes_table(data)
+    first = next(line for line in text.splitlines() if line.startswith(f"| {data['results']['shapes'][0]['label']}"))
+    assert first.split("|")[3].strip() == "81.2" and "单独计时之和" in text
