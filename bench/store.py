@@ -5,6 +5,13 @@
 it (``python -m bench.run_all``, bench/explore_widths.py), bench/report/ reads it
 (``python -m bench.render``). ``docs/data/<gpu>/logs.json`` says what each committed
 run log is (``python -m bench.logs add``).
+
+A record is never edited after its run. Where a run wrote a field wrongly (a commit it
+was not told), ``docs/data/<gpu>/corrections.json`` sets it right beside the record:
+``{"<name>.json": {"fields": {"environment.git_commit": {"was": ..., "is": ...}},
+"why": "..."}}``. ``load`` applies it, checks that the record still holds the value
+corrected (a correction never outlives its record) and keeps the reason in
+``record["corrections"]``.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from bench import ROOT
 DATA_DIR = ROOT / "docs" / "data"
 DEFAULT_GPU = "h200"
 LOGS_FILE = "logs.json"  # the log index: not a record
+CORRECTIONS_FILE = "corrections.json"  # fields set right beside the records: not a record
 
 
 def gpu_slug(name: str) -> str:
@@ -38,7 +46,28 @@ def read(path: pathlib.Path) -> dict:
 
 
 def load(name: str, gpu: str = DEFAULT_GPU) -> dict:
-    return read(data_path(name, gpu))
+    path = data_path(name, gpu)
+    return corrected(read(path), load_corrections(gpu).get(path.name), path)
+
+
+def load_corrections(gpu: str = DEFAULT_GPU) -> dict[str, dict]:
+    path = gpu_folder(gpu) / CORRECTIONS_FILE
+    return read(path) if path.is_file() else {}
+
+
+def corrected(record: dict, correction: dict | None, path: pathlib.Path) -> dict:
+    """``record`` with ``correction``'s fields set (none: unchanged); a field that no longer holds the value
+    the correction was written for is an error."""
+    if not correction:
+        return record
+    for dotted, change in correction["fields"].items():
+        section, key = dotted.split(".")
+        if record[section].get(key) != change["was"]:
+            raise ValueError(f"{path}: {CORRECTIONS_FILE} corrects {dotted} = {change['was']!r}, but the record "
+                             f"holds {record[section].get(key)!r}: a correction for another run")
+        record[section][key] = change["is"]
+    record["corrections"] = correction["why"]
+    return record
 
 
 def write(path: pathlib.Path, record: dict) -> pathlib.Path:

@@ -181,12 +181,13 @@ def test_env_box_and_provenance_table_build_from_environment_blocks():
 # ---------------------------------------------------------------- (b) data files
 
 def _data_files():
-    """Every record under docs/data/: not logs.json (the log index) and not docs/data/claims/ (the claims
-    ledgers, tests/test_claims.py)."""
+    """Every record under docs/data/: not logs.json (the log index), not corrections.json (fields set right
+    beside the records, bench/store.py) and not docs/data/claims/ (the claims ledgers, tests/test_claims.py)."""
     if not (DOCS / "data").exists():
         return []
     return sorted(p for p in (DOCS / "data").rglob("*.json")
-                  if p.name != store.LOGS_FILE and "claims" not in p.relative_to(DOCS / "data").parts)
+                  if p.name not in (store.LOGS_FILE, store.CORRECTIONS_FILE)
+                  and "claims" not in p.relative_to(DOCS / "data").parts)
 
 
 def check_record(record: dict, gpu_folder: str) -> list[str]:

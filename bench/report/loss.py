@@ -79,50 +79,62 @@ def table(data) -> str:
     parts = [f"{entry['label']}，{cfg['tokens']:,} 个 token，词表 {cfg['vocab']:,}",
              tables.dtype_short(cfg["dtype"]),
              "峰值为调用期间比调用前多占的显存：调用前已有输入和上一次调用留下的一份梯度（调用开始时释放、由这次的梯度取代），"
-             "所以它是输入和一份梯度之外的显存（logits 或其分块，以及梯度的额外拷贝）",
+             "所以它是输入和一份梯度之外的显存（logits 或其分块，以及实现自己多留的缓冲）",
              "误差相对 fp32 参考（loss 为相对误差，dW 为范数相对误差）", skipped_caption(data)]
     return prose.page(tables.md_table(headers, body), "，".join(p for p in parts if p) + "。")
 
 
-TIE = 0.03  # the chunk rule: within 3 % of the fastest counts as level (single do_bench medians vary by about that)
+def default_chunk(entry: dict, cfg: dict) -> int:
+    """The chunk the code's default config used at this shape (``ours`` ran with it)."""
+    return entry["ours_config"]["chunk_tokens"]
 
 
-def default_chunk(entry: dict, cfg: dict) -> int | None:
-    """The chunk rule of snippets/linear_cross_entropy.py read off this entry's sweep: the smallest chunk whose
-    forward + backward is within TIE of the sweep's fastest (tests/test_article_claims.py holds the code to it)."""
+def swept(entry: dict, cfg: dict) -> dict[int, float]:
+    """{chunk: forward + backward µs} of the chunks this run swept at this shape."""
     times = timed(entry)
-    swept = {c: times[f"ours_c{c}"]["median_us"] for c in cfg["chunk_sweep"] if f"ours_c{c}" in times}
-    if not swept:
+    return {c: times[f"ours_c{c}"]["median_us"] for c in cfg["chunk_sweep"] if f"ours_c{c}" in times}
+
+
+def default_vs_fastest(entry: dict, cfg: dict) -> tuple[int, float] | None:
+    """(the fastest swept chunk, the default chunk's time ÷ its time − 1); None without the default in the sweep."""
+    chunks = swept(entry, cfg)
+    default = default_chunk(entry, cfg)
+    if default not in chunks:
         return None
-    fastest = min(swept.values())
-    return min(c for c, t in swept.items() if t <= fastest * (1 + TIE))
+    fastest = min(chunks, key=chunks.get)
+    return fastest, chunks[default] / chunks[fastest] - 1
+
+
+def floor_ratio(entry: dict, name: str) -> float | None:
+    """A contender's forward + backward ÷ the shape's GEMM floor; None where the run did not time the floor."""
+    floor = entry.get("gemm_floor", {}).get("total_us")
+    times = timed(entry)
+    return times[name]["median_us"] / floor if floor and name in times else None
 
 
 SIZE_PEERS = ("compile", "liger", "hf_eager")
 
 
 def sizes_table(data) -> str:
-    """A row per hidden size: ours at the rule's chunk, the GEMM floor (the three full-size GEMMs timed alone,
-    where the run measured it) and each peer's time ÷ ours; the rule's chunks in the caption."""
+    """A row per hidden size: ours (the default config), the GEMM floor (the three full-size GEMMs timed alone,
+    where the run measured it) and each peer's time ÷ ours; the default chunks in the caption."""
     cfg = data["config"]
     body, chunks = [], []
     for entry in data["results"]["shapes"]:
-        chunk, times = default_chunk(entry, cfg), timed(entry)
-        if chunk is None:
-            continue
-        chunks.append(chunk)
-        ours = times[f"ours_c{chunk}"]["median_us"]
+        times = timed(entry)
+        chunks.append(default_chunk(entry, cfg))
+        ours = times[cfg["ours"]]["median_us"]
         models = entry.get("models") or ""
         floor = entry.get("gemm_floor", {}).get("total_us")
         body.append([f"{entry['label']}（{models}）" if models else entry["label"], tables.fmt(ours / 1e3),
                      tables.fmt(floor / 1e3) if floor else "—",
                      *(prose.times(times[n]["median_us"] / ours) if n in times else "—" for n in SIZE_PEERS)])
     headers = ["形状（Qwen3）", "本站 ms", "GEMM 下限 ms", *(f"{label(n)} ÷ 本站" for n in SIZE_PEERS)]
-    rule = "、".join(f"{c:,}" for c in sorted(set(chunks)))
+    used = "、".join(f"{c:,}" for c in sorted(set(chunks)))
     floor_words = ("GEMM 下限是三个完整的 N × V × H GEMM（logits、d_hidden、d_W）单独计时之和，"
                    if any(e.get("gemm_floor") for e in data["results"]["shapes"]) else "这次运行没有单独测 GEMM 下限；")
     return prose.page(tables.md_table(headers, body),
-                      f"forward + backward；本站取该形状下比最快的 chunk 慢不到 3% 的最小 chunk（{rule} 个 token）；"
+                      f"forward + backward；本站用默认配置（块为 {used} 个 token）；"
                       f"{floor_words}比值大于 1 表示本站更快。")
 
 
@@ -204,27 +216,35 @@ def values(data: dict) -> dict[str, str]:
     cfg, entry = data["config"], step_shape(data)
     times = timed(entry)
     chunk = default_chunk(entry, cfg)
-    ours = times[f"ours_c{chunk}"]["median_us"]
+    ours = times[cfg["ours"]]["median_us"]
     out = {"gpu": data["environment"]["gpu"].removeprefix("NVIDIA ").removesuffix(" HBM3"),
            "torch": data["environment"]["torch"].split("+")[0], "tokens": f"{cfg['tokens']:,}",
            "vocab": f"{cfg['vocab']:,}", "step_hidden": f"{entry['shape']['hidden']:,}",
            "logits_gib": _gib(entry["logits_bytes"]), "chunk": f"{chunk:,}",
-           "chunk_logits_gib": _gib(chunk * cfg["vocab"] * 2), "ours_ms": _ms(ours),
-           "chunk_tie": prose.pct(TIE)}
+           "chunk_logits_gib": _gib(chunk * cfg["vocab"] * 2), "ours_ms": _ms(ours)}
     for name in ("hf_eager", "compile", "liger", "cce"):
         out[f"{name}_ms"] = _ms(times[name]["median_us"])
         out[f"{name}_peak"] = _gib(times[name]["peak_bytes"])
         out[f"{name}_vs_ours"] = prose.times(times[name]["median_us"] / ours)
     out["ours_compile_peak"] = _gib(times["ours_compile"]["peak_bytes"])
     out["ours_eager_peak"] = _gib(times[cfg["ours"]]["peak_bytes"])
-    sweep = [times[f"ours_c{c}"]["median_us"] for c in cfg["chunk_sweep"]]
-    out["smallest_chunk_vs_fastest"] = prose.times(sweep[0] / min(sweep), 1)
-    out["smallest_chunk"] = f"{cfg['chunk_sweep'][0]:,}"
-    ratios = []
-    for shape in data["results"]["shapes"]:
-        c = default_chunk(shape, cfg)
-        ratios.append(timed(shape)["compile"]["median_us"] / timed(shape)[f"ours_c{c}"]["median_us"])
-    out["compile_vs_ours_range"] = prose.times_span(ratios)
+    sweep = swept(entry, cfg)
+    smallest = min(sweep)
+    out["smallest_chunk_vs_fastest"] = prose.times(sweep[smallest] / min(sweep.values()), 1)
+    out["smallest_chunk"] = f"{smallest:,}"
+    out["smallest_chunk_peak"] = _gib(times[f"ours_c{smallest}"]["peak_bytes"])
+    out["smallest_chunk_ms"] = _ms(sweep[smallest])
+    shapes = data["results"]["shapes"]
+    out["compile_vs_ours_range"] = prose.times_span(
+        [timed(s)["compile"]["median_us"] / timed(s)[cfg["ours"]]["median_us"] for s in shapes])
+    against = [r for r in (default_vs_fastest(s, cfg) for s in shapes) if r]
+    if against:
+        out["fastest_chunk"] = "、".join(f"{c:,}" for c in sorted({c for c, _ in against}))
+        out["default_vs_fastest_range"] = prose.pct_span([gap for _, gap in against], 1)
+    for name in ("ours", "compile"):
+        ratios = [r for r in (floor_ratio(s, name if name != "ours" else cfg["ours"]) for s in shapes) if r]
+        if ratios:
+            out[f"{name}_vs_floor_range"] = prose.times_span(ratios)
     checked = [timed(s)[cfg["ours"]]["median_us"] / timed(s)["ours_unchecked"]["median_us"] - 1
                for s in data["results"]["shapes"]]
     out["check_cost_range"] = f"{100 * min(checked):+.1f}% – {100 * max(checked):+.1f}%"

@@ -104,3 +104,9 @@ def quick_fullsize(tmp_path_factory):
     """The fused add (it runs the most of our code: both patches' kernels, under checkpointing + AdamW) and
     Liger (a GPU-only contender: skipped on CPU)."""
     return _quick_run_with("fullsize", "BENCH_FULLSIZE_CONTENDERS", "triton_fused_add,liger", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def quick_fullsize_loss(tmp_path_factory):
+    """The set with its fused loss under checkpointing + AdamW, with its profiled step (the peers are GPU only)."""
+    return _quick_run_with("fullsize_loss", "BENCH_FULLSIZE_CONTENDERS", "fusion_set_loss", tmp_path_factory)

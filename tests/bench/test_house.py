@@ -150,7 +150,7 @@ def test_the_fallback_is_what_the_run_used(name, monkeypatch):
 
 
 QUICK = ["rmsnorm", "width_sweep", "fused_add", "step", "loss_curve", "fsdp2", "p1_roofline", "p1_compile",
-         "p1_profile", "fused_add_sweep", "compile", "fusion", "loss", "step_loss"]
+         "p1_profile", "fused_add_sweep", "compile", "fusion", "loss", "step_loss", "fullsize_loss"]
 
 
 def test_every_report_is_checked_on_a_record():
