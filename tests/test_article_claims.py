@@ -497,9 +497,11 @@ def test_the_swiglu_probe_log():
 
 
 def test_the_loss_part_is_opt_in():
-    """番外二 and 番外三: the fifth part, ``loss``, is off by default because no full GPU suite run with it has
-    passed yet: of the H100 runs (docs/data/h100-80gb-hbm3/), one timed out before its summary and the other
-    ended with failures. When a run passes, this test fails until the default is reconsidered."""
+    """番外二 and 番外三: the fifth part, ``loss``, is off by default (training code that reads ``logits`` gets
+    None; the pages say so). It stays off until a whole GPU suite run with it passes: of the H100 runs
+    (docs/data/h100-80gb-hbm3/), one timed out before its summary and the others ended with failures (at
+    fca9cc1 one, a report registry check, not a kernel). When a run passes, this test fails until the
+    default is reconsidered."""
     import inspect
 
     from bench import store
