@@ -120,7 +120,7 @@ def sizes_table(data) -> str:
     where the run measured it) and each peer's time ÷ ours; the default chunks in the caption."""
     cfg = data["config"]
     body, chunks = [], []
-    for entry in data["results"]["shapes"]:
+    for entry in sorted(data["results"]["shapes"], key=lambda e: e["shape"]["hidden"]):
         times = timed(entry)
         chunks.append(default_chunk(entry, cfg))
         ours = times[cfg["ours"]]["median_us"]
@@ -247,5 +247,5 @@ def values(data: dict) -> dict[str, str]:
             out[f"{name}_vs_floor_range"] = prose.times_span(ratios)
     checked = [timed(s)[cfg["ours"]]["median_us"] / timed(s)["ours_unchecked"]["median_us"] - 1
                for s in data["results"]["shapes"]]
-    out["check_cost_range"] = f"{100 * min(checked):+.1f}% – {100 * max(checked):+.1f}%"
+    out["check_cost_range"] = prose.pct_span(checked, 1)
     return out
