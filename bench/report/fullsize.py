@@ -179,18 +179,30 @@ def tiers(ok: list[dict], resolution: float) -> list[list[dict]]:
 FUSED = "triton_fused_add"
 
 
+def contender_values(data: dict) -> dict[str, str]:
+    """Per contender that ran: its step, tokens/s, MFU (where the GPU's peak is known), speed-up over HF eager
+    and peak memory ({NAME}_ms, _tps, _mfu, _speedup, _peak)."""
+    out = {}
+    for row in rows(data):
+        if row["status"] != "ok":
+            continue
+        name = row["contender"]
+        out[f"{name}_ms"] = f"{tables.fmt(row['step'], 4)} ms"
+        out[f"{name}_tps"] = f"{row['tokens_per_s']:,.0f}"
+        if row["mfu"] is not None:
+            out[f"{name}_mfu"] = prose.pct(row["mfu"], 1)
+        out[f"{name}_speedup"] = prose.times(row["speedup"])
+        out[f"{name}_peak"] = f"{tables.fmt(row['peak'], 3)} GiB"
+    return out
+
+
 def values(data: dict) -> dict[str, str]:
     """The named values of the full-size job ({{ fullsize.NAME }}): per contender its step, tokens/s, MFU (against
     the dense bf16 peak), speed-up over HF eager and peak memory; what Liger's patch saves in memory and what
     the fused add adds."""
-    out = {"peak_tflops": f"{peak_tflops(data):,.0f} TFLOP/s", "layers": str(data["config"]["geometry"]["num_hidden_layers"])}
+    out = {"peak_tflops": f"{peak_tflops(data):,.0f} TFLOP/s", "layers": str(data["config"]["geometry"]["num_hidden_layers"]),
+           **contender_values(data)}
     ok = {r["contender"]: r for r in rows(data) if r["status"] == "ok"}
-    for name, row in ok.items():
-        out[f"{name}_ms"] = f"{tables.fmt(row['step'], 4)} ms"
-        out[f"{name}_tps"] = f"{row['tokens_per_s']:,.0f}"
-        out[f"{name}_mfu"] = prose.pct(row["mfu"], 1)
-        out[f"{name}_speedup"] = prose.times(row["speedup"])
-        out[f"{name}_peak"] = f"{tables.fmt(row['peak'], 3)} GiB"
     out["liger_saves"] = f"{ok['eager']['peak'] - ok['liger']['peak']:.1f} GiB"
     out["fused_add_extra_peak"] = f"{ok[FUSED]['peak'] - ok[data['config']['ours']]['peak']:.1f} GiB"
     boundary = boundary_bytes(data)

@@ -6,7 +6,7 @@
   bucket, a column per contender so that a bucket compares along its row; then the launches, the GPU's busy time,
   its idle time between the first and the last kernel, and the profiled step's wall time.
 * ``values(data)`` ({{ fullsize_loss.NAME }}): the figures the hand-written readings use (番外三, 篇 2's
-  conclusion, the home page).
+  conclusion, the home page), the per-contender ones from fullsize.py.
 
 Ranking: fullsize.py's rule (disjoint 95 % intervals and a difference above the 8-layer run's resolution).
 """
@@ -92,39 +92,27 @@ def non_gemm_ms(profile: dict) -> float:
 
 
 def values(data: dict) -> dict[str, str]:
-    """Per contender its step, interval, tokens/s, MFU and peak; the set + loss against Liger's full patch and
-    regional compile; the profile's figures for the set + loss and Liger."""
+    """fullsize.py's per-contender values; the set + loss against Liger's full patch (the ratio, the 0.92 x
+    target and how far it is) and regional compile; the profile's figures the readings use."""
     cfg, ok = data["config"], ok_rows(data)
     f = tables.fmt
     out = {"gpu": data["environment"]["gpu"].removeprefix("NVIDIA ").removesuffix(" HBM3"),
-           "layers": str(cfg["geometry"]["num_hidden_layers"]), "tokens": f"{cfg['batch']}×{cfg['seq_len']}"}
-    for name, row in ok.items():
-        out[f"{name}_ms"] = f"{f(row['step'], 4)} ms"
-        out[f"{name}_ci"] = f"{f(row['lo'], 4)}–{f(row['hi'], 4)} ms"
-        out[f"{name}_tps"] = f"{row['tokens_per_s']:,.0f}"
-        out[f"{name}_peak"] = f"{f(row['peak'], 3)} GiB"
-        out[f"{name}_speedup"] = prose.times(row["speedup"])
-        if row["mfu"] is not None:
-            out[f"{name}_mfu"] = prose.pct(row["mfu"], 1)
+           "layers": str(cfg["geometry"]["num_hidden_layers"]), **fullsize.contender_values(data)}
     ours, liger, compiled = ok["fusion_set_loss"], ok["liger"], ok["compile"]
     out["ours_vs_liger"] = prose.times(ours["step"] / liger["step"], 3)
     out["ours_tps_gain_vs_liger"] = prose.pct(ours["tokens_per_s"] / liger["tokens_per_s"] - 1, 1)
     out["ours_tps_gain_vs_compile"] = prose.pct(ours["tokens_per_s"] / compiled["tokens_per_s"] - 1, 1)
     out["target_ms"] = f"{f(STEP_TARGET * liger['step'], 4)} ms"
     out["target_short"] = f"{f(ours['step'] - STEP_TARGET * liger['step'], 3)} ms"
-    out["loss_gain"] = f"{f(ok['fusion_set']['step'] - ours['step'], 3)} ms"
     out["compile_cost"] = f"{f(ok['fusion_set_loss_compile']['step'] - ours['step'], 3)} ms"
     for name in ok:
         profile = data["results"][name].get("profile")
         if not profile:
             continue
-        out[f"{name}_gemm"] = f"{f(bucket_ms(profile, 'GEMM'), 3)} ms"
-        out[f"{name}_attention"] = f"{f(bucket_ms(profile, 'attention'), 3)} ms"
-        out[f"{name}_idle"] = f"{f(profile['gpu_idle_us'] / 1e3, 3)} ms"
         out[f"{name}_launches"] = f"{profile['launches']:,}"
         out[f"{name}_gemm_kernels"] = f"{profile['buckets'].get('GEMM', {}).get('kernels', 0):,}"
         out[f"{name}_non_gemm"] = f"{f(non_gemm_ms(profile), 3)} ms"
-        for bucket, key in (("optimizer", "adamw"), ("this site's Triton kernels", "our_kernels"),
+        for bucket, key in (("GEMM", "gemm"), ("optimizer", "adamw"), ("this site's Triton kernels", "our_kernels"),
                             ("elementwise", "elementwise")):
             out[f"{name}_{key}"] = f"{f(bucket_ms(profile, bucket), 3)} ms"
     return out

@@ -241,10 +241,10 @@ def values(data: dict) -> dict[str, str]:
     if against:
         out["fastest_chunk"] = "、".join(f"{c:,}" for c in sorted({c for c, _ in against}))
         out["default_vs_fastest_range"] = prose.pct_span([gap for _, gap in against], 1)
-    for name in ("ours", "compile"):
-        ratios = [r for r in (floor_ratio(s, name if name != "ours" else cfg["ours"]) for s in shapes) if r]
+    for key, contender in (("ours", cfg["ours"]), ("compile", "compile")):
+        ratios = [r for r in (floor_ratio(s, contender) for s in shapes) if r]
         if ratios:
-            out[f"{name}_vs_floor_range"] = prose.times_span(ratios)
+            out[f"{key}_vs_floor_range"] = prose.times_span(ratios)
     checked = [timed(s)[cfg["ours"]]["median_us"] / timed(s)["ours_unchecked"]["median_us"] - 1
                for s in data["results"]["shapes"]]
     out["check_cost_range"] = prose.pct_span(checked, 1)
